@@ -1,0 +1,72 @@
+"""Index math of the dilated sliding window: the one Python reference.
+
+Notation (DESIGN.md §3): ``w`` is the one-sided window, ``d`` a head's dilation. Query
+``i`` sees keys ``j = i + d*k`` for ``k`` in ``[-w, w]`` (``[-w, 0]`` when causal) that
+fall inside ``[0, T)``. In banded storage, scores are kept as ``(..., T, W)`` with
+``W = 2w + 1`` (``w + 1`` causal) and column ``c`` holds key ``i + d*(c - w)``.
+
+The CUDA/C++ kernels mirror these functions in their shared header; tests compare the
+two.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def band_width(window: int, causal: bool) -> int:
+    """Number of band columns ``W`` for a one-sided window."""
+    return window + 1 if causal else 2 * window + 1
+
+
+def band_key(query: int, column: int, window: int, dilation: int) -> int:
+    """Key position held by band column ``column`` of query ``query`` (may be out of range)."""
+    return query + dilation * (column - window)
+
+
+def band_column(query: int, key: int, window: int, dilation: int, causal: bool) -> int | None:
+    """Inverse of :func:`band_key`: the column of ``key`` in ``query``'s band, or None."""
+    offset = key - query
+    if offset % dilation:
+        return None
+    column = offset // dilation + window
+    return column if 0 <= column < band_width(window, causal) else None
+
+
+def effective_window(window: int, seq_len: int, dilation: int) -> int:
+    """The smallest window with the same pattern at this length.
+
+    Columns beyond ``ceil(T / d) - 1`` steps only ever point outside ``[0, T)``, so any
+    larger window (including "window >= T") is equivalent and cheaper to compute.
+    """
+    steps = -(-seq_len // dilation) - 1
+    return max(0, min(window, steps))
+
+
+def band_mask(
+    seq_len: int,
+    window: int,
+    dilation: int,
+    causal: bool,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Dense ``(T, T)`` bool mask, True where query ``i`` may attend to key ``j``.
+
+    Only the band pattern: padding and global tokens are applied by the caller.
+    """
+    pos = torch.arange(seq_len, device=device)
+    offset = pos[None, :] - pos[:, None]  # key - query
+    upper = 0 if causal else window * dilation
+    return (offset % dilation == 0) & (offset >= -window * dilation) & (offset <= upper)
+
+
+def head_band_mask(
+    seq_len: int,
+    window: int,
+    dilations: tuple[int, ...],
+    causal: bool,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """``(H, T, T)`` band masks, one per head's dilation."""
+    masks = {d: band_mask(seq_len, window, d, causal, device) for d in set(dilations)}
+    return torch.stack([masks[d] for d in dilations])

@@ -1,0 +1,87 @@
+"""Functional Longformer attention: :func:`banded_attention`.
+
+Semantics (DESIGN.md §3): query ``i`` of head ``h`` attends to keys ``i + d_h * k``,
+``k`` in ``[-w, w]`` (``[-w, 0]`` when causal), inside ``[0, T)`` and not padded.
+Softmax runs in fp32 (or fp64) whatever the input dtype; padded query rows give 0.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .backends import get_backend
+from .validation import check_dilation, check_mask, check_qkv, check_scale, check_window
+
+
+def band_attention_with_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    window: int,
+    dilations: tuple[int, ...],
+    causal: bool,
+    key_mask: torch.Tensor | None,
+    scale: float,
+    dropout_p: float = 0.0,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Band attention in heads-first layout, returning the log-normaliser too.
+
+    Arguments are already validated; see :mod:`.backends` for the contract. Used by
+    :class:`~longformer_fs.attention.layer.LongformerSelfAttention` to merge the band
+    with global keys.
+    """
+    if q.shape[2] == 0:
+        return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
+    return get_backend(backend).fn(
+        q, k, v, window=window, dilations=dilations, causal=causal,
+        key_mask=key_mask, scale=scale, dropout_p=dropout_p,
+    )
+
+
+def banded_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    dilation: int | Sequence[int] = 1,
+    causal: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Sliding-window (optionally dilated, causal) attention.
+
+    Args:
+        q, k, v: ``(B, T, H, D)``. Any ``T``: padding to tile sizes is internal.
+        window: one-sided window ``w >= 0``; ``w >= T`` is full (or causal) attention.
+        dilation: ``d >= 1``, one int for all heads or one per head.
+        causal: attend only to keys at or before the query.
+        key_padding_mask: ``(B, T)`` bool, True marks padding (never attended; those
+            query rows return 0).
+        scale: score multiplier; None means ``1 / sqrt(D)``.
+        backend: ``"auto"`` (fastest available), ``"kernel"``, ``"chunks"`` or
+            ``"reference"`` (dense, tests only).
+
+    Returns:
+        ``(B, T, H, D)`` in the dtype of ``q``.
+    """
+    check_qkv(q, k, v)
+    batch, seq_len, heads, head_dim = q.shape
+    window = check_window(window)
+    dilations = check_dilation(dilation, heads)
+    scale = check_scale(scale, head_dim)
+    pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, q.device)
+    get_backend(backend)  # fail on a bad name before doing any work
+
+    out, _ = band_attention_with_lse(
+        *(x.transpose(1, 2) for x in (q, k, v)),
+        window=window, dilations=dilations, causal=bool(causal),
+        key_mask=pad, scale=scale, backend=backend,
+    )
+    if pad is not None:
+        out = out.masked_fill(pad[:, None, :, None], 0.0)
+    return out.transpose(1, 2).to(q.dtype)

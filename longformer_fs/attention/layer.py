@@ -1,0 +1,181 @@
+"""``LongformerSelfAttention``: sliding-window self-attention with global tokens.
+
+Semantics (DESIGN.md §3), for a sequence with global tokens ``G``:
+
+- a local row attends to its band (global keys removed from it) plus every global key,
+  in one softmax, through the local ``k``/``v`` projections;
+- a global row attends to every non-padded key through ``q_proj_global``,
+  ``k_proj_global`` and ``v_proj_global``, and its output replaces the row;
+- padded rows output 0 (before ``out_proj``).
+
+The band and the global-key columns are computed separately and merged through their
+log-sum-exps (:func:`~.softmax.merge_attention`), which equals the single softmax and
+lets the band come from any backend.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+
+from .backends import get_backend
+from .dense import masked_attention
+from .functional import band_attention_with_lse
+from .softmax import merge_attention
+from .validation import check_dilation, check_mask, check_window
+
+
+def global_token_index(global_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions of global tokens, per row, padded to the largest count.
+
+    Args:
+        global_mask: ``(B, T)`` bool.
+
+    Returns:
+        ``index`` ``(B, G)`` long, ascending positions per row (padding slots point at
+        0), and ``valid`` ``(B, G)`` bool marking the real slots.
+    """
+    counts = global_mask.sum(dim=1)
+    g = int(counts.max())
+    # A stable sort on "is not global" lists each row's global positions first, in order.
+    index = torch.sort((~global_mask).to(torch.uint8), dim=1, stable=True).indices[:, :g]
+    valid = torch.arange(g, device=global_mask.device)[None, :] < counts[:, None]
+    return index.masked_fill(~valid, 0), valid
+
+
+class LongformerSelfAttention(nn.Module):
+    """Longformer self-attention over fairseq's ``(T, B, C)`` layout.
+
+    Args:
+        embed_dim: model width ``C``; must be divisible by ``num_heads``.
+        num_heads: attention heads ``H``.
+        window: one-sided window ``w`` (the paper's "window size" is ``2w``).
+        dilation: ``d >= 1`` for all heads, or one per head.
+        causal: autoregressive mode (keys at or before the query only).
+        dropout: dropout on attention probabilities, in training mode.
+        backend: band backend, see :func:`~.functional.banded_attention`.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        window: int,
+        dilation: int | Sequence[int] = 1,
+        causal: bool = False,
+        dropout: float = 0.0,
+        backend: str = "auto",
+    ):
+        super().__init__()
+        if not isinstance(num_heads, int) or num_heads < 1:
+            raise ValueError(f"num_heads: expected an int >= 1, got {num_heads!r}")
+        if not isinstance(embed_dim, int) or embed_dim < 1 or embed_dim % num_heads:
+            raise ValueError(
+                f"embed_dim: {embed_dim!r} is not divisible by num_heads={num_heads}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+        get_backend(backend)
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.window = check_window(window)
+        self.dilations = check_dilation(dilation, num_heads)
+        self.causal = bool(causal)
+        self.dropout = dropout
+        self.backend = backend
+        self.scale = self.head_dim**-0.5
+
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        # The paper initialises the global projections as copies of the local ones.
+        self.q_proj_global = copy.deepcopy(self.q_proj)
+        self.k_proj_global = copy.deepcopy(self.k_proj)
+        self.v_proj_global = copy.deepcopy(self.v_proj)
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, window={self.window}, "
+            f"dilation={list(self.dilations)}, causal={self.causal}, backend={self.backend!r}"
+        )
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``(L, B, C)`` -> ``(B, H, L, D)``."""
+        length, batch, _ = x.shape
+        return x.view(length, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        global_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """
+        Args:
+            x: ``(T, B, C)``.
+            key_padding_mask: ``(B, T)`` bool, True marks padding.
+            global_mask: ``(B, T)`` bool, True marks tokens with global attention; the
+                count may differ between rows and may be zero.
+
+        Returns:
+            ``(T, B, C)`` in the dtype of ``x``.
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x: expected shape (T, B, {self.embed_dim}), got {shape}")
+        seq_len, batch, _ = x.shape
+        pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device)
+        glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device)
+        if glob is not None and pad is not None:
+            glob = glob & ~pad
+        if glob is not None and not bool(glob.any()):
+            glob = None
+        dropout_p = self.dropout if self.training else 0.0
+
+        q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        band_mask = pad if glob is None else (glob if pad is None else pad | glob)
+        out, lse = band_attention_with_lse(
+            q, k, v, window=self.window, dilations=self.dilations, causal=self.causal,
+            key_mask=band_mask, scale=self.scale, dropout_p=dropout_p, backend=self.backend,
+        )
+
+        if glob is not None:
+            out = self._add_global(x, q, k, v, out, lse, glob, pad, dropout_p)
+        if pad is not None:
+            out = out.masked_fill(pad[:, None, :, None], 0.0)
+        out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, self.embed_dim).to(x.dtype)
+        return self.out_proj(out)
+
+    def _add_global(self, x, q, k, v, out, lse, glob, pad, dropout_p):
+        """Merge the global-key columns into local rows, then overwrite global rows."""
+        index, valid = global_token_index(glob)
+        batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]
+
+        # Local rows: the global keys, through the local projections. In causal mode a
+        # query sees only the global keys at or before it.
+        k_glob, v_glob = k[batch_idx, :, index].transpose(1, 2), v[batch_idx, :, index].transpose(1, 2)
+        allowed = valid[:, None, None, :]
+        if self.causal:
+            pos = torch.arange(x.shape[0], device=x.device)
+            allowed = allowed & (index[:, None, None, :] <= pos[None, None, :, None])
+        out_g, lse_g = masked_attention(q, k_glob, v_glob, allowed, self.scale, dropout_p)
+        out, _ = merge_attention(out, lse, out_g, lse_g)
+
+        # Global rows: every non-padded key, through the global projections.
+        x_rows = x.transpose(0, 1)[batch_idx, index].transpose(0, 1)  # (G, B, C)
+        q_rows = self._heads(self.q_proj_global(x_rows))
+        k_all, v_all = self._heads(self.k_proj_global(x)), self._heads(self.v_proj_global(x))
+        keys_ok = torch.ones_like(glob) if pad is None else ~pad
+        allowed = keys_ok[:, None, None, :]
+        if self.causal:
+            allowed = allowed & (pos[None, None, None, :] <= index[:, None, :, None])
+        rows, _ = masked_attention(q_rows, k_all, v_all, allowed, self.scale, dropout_p)
+
+        b_idx, t_idx = glob.nonzero(as_tuple=True)  # row-major, matching valid's order
+        values = rows.transpose(1, 2)[valid].to(out.dtype)  # (N_global, H, D)
+        return out.transpose(1, 2).index_put((b_idx, t_idx), values).transpose(1, 2)

@@ -1,0 +1,82 @@
+"""Argument checks shared by the functional API and the layer.
+
+Every failure is a ValueError that names the offending argument, raised before any
+computation, so users never see a shape error from deep inside a backend.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from typing import Sequence
+
+import torch
+
+
+def check_window(window) -> int:
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral):
+        raise ValueError(f"window: expected an int >= 0 (one-sided width), got {window!r}")
+    window = operator.index(window)
+    if window < 0:
+        raise ValueError(f"window: must be >= 0 (one-sided width), got {window}")
+    return window
+
+
+def check_dilation(dilation, num_heads: int) -> tuple[int, ...]:
+    """Normalise ``dilation`` (an int or one int per head) to a per-head tuple."""
+    if isinstance(dilation, torch.Tensor):
+        dilation = dilation.tolist()
+    if isinstance(dilation, Sequence) and not isinstance(dilation, str):
+        values = list(dilation)
+        if len(values) != num_heads:
+            raise ValueError(
+                f"dilation: got {len(values)} values for {num_heads} heads; give one int or "
+                f"exactly one per head"
+            )
+    else:
+        values = [dilation] * num_heads
+    for d in values:
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
+            raise ValueError(f"dilation: every value must be an int >= 1, got {dilation!r}")
+    return tuple(int(d) for d in values)
+
+
+def check_scale(scale, head_dim: int) -> float:
+    if scale is None:
+        return head_dim**-0.5
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise ValueError(f"scale: expected a float or None, got {scale!r}")
+    return float(scale)
+
+
+def check_mask(mask, name: str, batch: int, seq_len: int, device: torch.device):
+    """A (B, T) bool mask or None."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"{name}: expected a bool tensor of shape ({batch}, {seq_len}), got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{name}: expected dtype torch.bool (True = {name.split('_')[0]}), got {mask.dtype}")
+    if tuple(mask.shape) != (batch, seq_len):
+        raise ValueError(f"{name}: expected shape ({batch}, {seq_len}) = (B, T), got {tuple(mask.shape)}")
+    if mask.device != device:
+        raise ValueError(f"{name}: is on {mask.device} but the inputs are on {device}")
+    return mask
+
+
+def check_qkv(q, k, v) -> None:
+    """q, k, v: floating tensors of one shape (B, T, H, D), dtype and device."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name}: expected a tensor of shape (B, T, H, D), got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"{name}: expected 4 dimensions (B, T, H, D), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name}: expected a floating dtype, got {x.dtype}")
+    for name, x in (("k", k), ("v", v)):
+        if x.shape != q.shape:
+            raise ValueError(f"{name}: shape {tuple(x.shape)} does not match q's {tuple(q.shape)} (B, T, H, D)")
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {x.dtype} does not match q's {q.dtype}")
+        if x.device != q.device:
+            raise ValueError(f"{name}: is on {x.device} but q is on {q.device}")

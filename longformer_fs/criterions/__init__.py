@@ -1,0 +1,1 @@
+"""fairseq criterions of longformer-fs (registered on import)."""

@@ -1,0 +1,1 @@
+"""fairseq models of longformer-fs (registered on import)."""

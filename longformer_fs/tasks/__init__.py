@@ -1,0 +1,1 @@
+"""fairseq tasks of longformer-fs (registered on import)."""

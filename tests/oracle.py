@@ -1,0 +1,77 @@
+"""Independent float64 oracle for Longformer attention, written from DESIGN.md §3.
+
+Deliberately naive: one query row at a time, key sets built by explicit Python
+conditions, no code shared with ``longformer_fs``. Slow; use tiny shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def allowed_local_keys(i: int, seq_len: int, window: int, dilation: int, causal: bool) -> list[int]:
+    """Keys j = i + d*k, k in [-w, w] ([-w, 0] causal), inside [0, T)."""
+    upper = 0 if causal else window
+    keys = []
+    for j in range(seq_len):
+        offset = j - i
+        if offset % dilation == 0 and -window <= offset // dilation <= upper:
+            keys.append(j)
+    return keys
+
+
+def _attend(query, keys, values, scale):
+    scores = (keys @ query) * scale  # (n,)
+    probs = torch.softmax(scores, dim=0)
+    return probs @ values
+
+
+def oracle_attention(
+    q, k, v, window, dilations, causal=False, pad=None, glob=None,
+    q_glob=None, k_glob=None, v_glob=None, scale=None,
+):
+    """Longformer attention on ``(B, T, H, D)`` tensors, full semantics.
+
+    Local rows: band keys (global keys removed) plus all global keys, local k/v.
+    Global rows: all non-padded keys through the global q/k/v. Padded rows: 0.
+    In causal mode no row ever sees a key after it, global or not.
+    """
+    batch, seq_len, heads, head_dim = q.shape
+    scale = head_dim**-0.5 if scale is None else scale
+    pad = torch.zeros(batch, seq_len, dtype=torch.bool) if pad is None else pad.cpu()
+    glob = torch.zeros(batch, seq_len, dtype=torch.bool) if glob is None else glob.cpu() & ~pad
+    rows = []
+    for b in range(batch):
+        for i in range(seq_len):
+            head_outs = []
+            for h in range(heads):
+                if pad[b, i]:
+                    head_outs.append(torch.zeros_like(q[b, i, h]))
+                    continue
+                visible = [j for j in range(seq_len) if not pad[b, j] and (not causal or j <= i)]
+                if glob[b, i]:
+                    idx = torch.tensor(visible)
+                    head_outs.append(_attend(q_glob[b, i, h], k_glob[b, idx, h], v_glob[b, idx, h], scale))
+                    continue
+                band = set(allowed_local_keys(i, seq_len, window, dilations[h], causal))
+                keys = [j for j in visible if (j in band and not glob[b, j]) or glob[b, j]]
+                idx = torch.tensor(keys)
+                head_outs.append(_attend(q[b, i, h], k[b, idx, h], v[b, idx, h], scale))
+            rows.append(torch.stack(head_outs))
+    return torch.stack(rows).view(batch, seq_len, heads, head_dim)
+
+
+def oracle_layer(layer, x, pad=None, glob=None):
+    """The oracle applied to a LongformerSelfAttention's own weights; x is (T, B, C)."""
+    seq_len, batch, channels = x.shape
+    heads, head_dim = layer.num_heads, layer.head_dim
+
+    def split(proj):
+        return proj(x).transpose(0, 1).reshape(batch, seq_len, heads, head_dim)
+
+    out = oracle_attention(
+        split(layer.q_proj), split(layer.k_proj), split(layer.v_proj),
+        layer.window, layer.dilations, layer.causal, pad, glob,
+        split(layer.q_proj_global), split(layer.k_proj_global), split(layer.v_proj_global),
+    )
+    return layer.out_proj(out.reshape(batch, seq_len, channels).transpose(0, 1))
