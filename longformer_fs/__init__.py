@@ -6,6 +6,7 @@ PyTorch and can be used without fairseq.
 """
 
 import argparse
+import logging
 
 import torch
 
@@ -15,13 +16,34 @@ from .version import __version__
 # before Hydra (RoBERTa's among them) pickle their args as an argparse.Namespace.
 torch.serialization.add_safe_globals([argparse.Namespace])
 
-try:
-    import fairseq  # noqa: F401
-except ImportError:  # the attention core stays usable without fairseq
-    pass
-else:
+
+def _import_fairseq() -> bool:
+    """Import fairseq without its import-time ``logging.basicConfig`` side effect.
+
+    fairseq/tasks/text_to_speech.py configures the root logger when imported, which
+    would turn on DEBUG output of every library in the user's process. Under
+    fairseq-train the root logger is configured first and nothing changes.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    logging.disable(logging.INFO)
+    try:
+        import fairseq  # noqa: F401
+    except ImportError:
+        return False
+    finally:
+        logging.disable(logging.NOTSET)
+        root.setLevel(level)
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+    return True
+
+
+if _import_fairseq():
     # fairseq auto-imports only models/ and tasks/ of a user dir; criterions must be
-    # imported here or their registrations never happen.
+    # imported here or their registrations never happen. Importing all three here
+    # also registers them when this package was imported before fairseq loaded it.
     from . import criterions, models, tasks  # noqa: F401
 
 __all__ = ["__version__"]

@@ -13,6 +13,36 @@ from __future__ import annotations
 import torch
 
 
+class _MaskedSoftmax(torch.autograd.Function):
+    """``(scores, allowed) -> (probs, lse)``; backward keeps only ``probs``.
+
+    With ``P = softmax(S)`` and ``L = logsumexp(S)``:
+    ``dS = P * (dP - rowsum(P * dP) + dL)``.
+    """
+
+    @staticmethod
+    def forward(ctx, scores, allowed):
+        masked = scores.masked_fill(~allowed, float("-inf"))
+        row_max = masked.amax(dim=-1, keepdim=True)
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        probs = masked.sub_(row_max).exp_()
+        total = probs.sum(dim=-1, keepdim=True)
+        nonempty = total > 0
+        probs.div_(torch.where(nonempty, total, torch.ones_like(total)))
+        lse = torch.where(nonempty, row_max + torch.log(total), torch.full_like(total, float("-inf")))
+        ctx.save_for_backward(probs)
+        ctx.mark_non_differentiable(allowed)
+        return probs, lse.squeeze(-1)
+
+    @staticmethod
+    def backward(ctx, grad_probs, grad_lse):
+        (probs,) = ctx.saved_tensors
+        grad = torch.zeros_like(probs) if grad_probs is None else grad_probs
+        inner = (grad * probs).sum(dim=-1, keepdim=True)
+        shift = -inner if grad_lse is None else grad_lse.unsqueeze(-1) - inner
+        return (grad + shift) * probs, None
+
+
 def masked_softmax_with_lse(
     scores: torch.Tensor, allowed: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,17 +56,7 @@ def masked_softmax_with_lse(
         ``probs`` shaped like ``scores`` (0 where not allowed, all-0 rows where nothing is
         allowed) and ``lse`` of shape ``scores.shape[:-1]`` (-inf for such rows).
     """
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    row_max = scores.amax(dim=-1, keepdim=True).detach()
-    # The max is only a shift for stability; the result does not depend on it.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    exp = torch.exp(scores - row_max)
-    total = exp.sum(dim=-1, keepdim=True)
-    nonempty = total > 0
-    safe_total = torch.where(nonempty, total, torch.ones_like(total))
-    probs = exp / safe_total
-    lse = torch.where(nonempty, row_max + torch.log(safe_total), torch.full_like(total, float("-inf")))
-    return probs, lse.squeeze(-1)
+    return _MaskedSoftmax.apply(scores, allowed.expand_as(scores))
 
 
 def merge_attention(

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``longformer-fs bench``; they print ratios measured side by side."""

@@ -1,0 +1,85 @@
+"""Timing and peak-memory measurement for CPU and CUDA.
+
+CPU torch keeps no allocator statistics, so on CPU the peak comes from the profiler's
+allocation events: the running sum of allocated minus freed bytes, maximised. It counts
+tensor storage made by torch ops (not Python or library overhead), which is what a
+"never allocates T x T" check needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Kineto prints a line on every profiler start/stop from C++; hide just those."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
+    """Peak bytes of tensor memory allocated while ``fn()`` runs, above what was live before."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
+
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_native_stderr():
+        prof.__enter__()
+    try:
+        fn()
+    finally:
+        with _quiet_native_stderr():
+            prof.__exit__(None, None, None)
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    cpu = torch._C._autograd.DeviceType.CPU
+    live = peak = 0
+    for event in events:
+        if event.device_type() == cpu:
+            live += event.nbytes()
+            peak = max(peak, live)
+    return peak
+
+
+def median_time(fn: Callable[[], object], device: torch.device | str = "cpu",
+                repeat: int = 5, warmup: int = 1, budget_s: float | None = None) -> float:
+    """Median wall time of ``fn()`` in seconds, synchronising CUDA around each call.
+
+    ``budget_s`` caps the total time spent: slow configurations get fewer repeats.
+    """
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times: list[float] = []
+    start = time.perf_counter()
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+    return statistics.median(times)

@@ -1,0 +1,58 @@
+"""``longformer-fs``: the project's command line.
+
+Subcommands register themselves in :data:`COMMANDS`; each is a module with
+``add_arguments(parser)`` and ``main(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Nested names ("bench attention") become sub-subcommands.
+COMMANDS = {
+    "info": ("longformer_fs.commands.info", "print versions and the attention backends available here"),
+    "bench attention": (
+        "longformer_fs.benchmarks.attention",
+        "time and peak memory of every attention implementation against sequence length",
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="longformer-fs",
+        description="Longformer for fairseq: attention kernels, character-LM and MLM recipes. "
+        "Training itself runs through fairseq-train / fairseq-hydra-train with "
+        "--user-dir longformer_fs; this tool covers set-up checks, data and benchmarks.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for name, (module_name, help_text) in COMMANDS.items():
+        *group, leaf = name.split()
+        target = subparsers
+        if group:
+            if group[0] not in groups:
+                group_parser = subparsers.add_parser(group[0], help=f"{group[0]} subcommands")
+                groups[group[0]] = group_parser.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
+            target = groups[group[0]]
+        sub = target.add_parser(leaf, help=help_text, description=help_text,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub)
+        sub.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args._main(args) or 0
+    except (ValueError, FileNotFoundError) as err:  # user errors: one line, no traceback
+        print(f"longformer-fs: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Small ``longformer-fs`` subcommands that are not benchmarks or data preparation."""
