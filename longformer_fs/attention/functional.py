@@ -74,7 +74,7 @@ def banded_attention(
     window = check_window(window)
     dilations = check_dilation(dilation, heads)
     scale = check_scale(scale, head_dim)
-    pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, q.device)
+    pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, q.device, "padding")
     get_backend(backend)  # fail on a bad name before doing any work
 
     out, _ = band_attention_with_lse(

@@ -129,8 +129,8 @@ class LongformerSelfAttention(nn.Module):
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x: expected shape (T, B, {self.embed_dim}), got {shape}")
         seq_len, batch, _ = x.shape
-        pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device)
-        glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device)
+        pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device, "padding")
+        glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device, "global token")
         if glob is not None and pad is not None:
             glob = glob & ~pad
         if glob is not None and not bool(glob.any()):

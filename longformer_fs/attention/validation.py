@@ -49,14 +49,14 @@ def check_scale(scale, head_dim: int) -> float:
     return float(scale)
 
 
-def check_mask(mask, name: str, batch: int, seq_len: int, device: torch.device):
-    """A (B, T) bool mask or None."""
+def check_mask(mask, name: str, batch: int, seq_len: int, device: torch.device, marks: str):
+    """A (B, T) bool mask or None; ``marks`` says what True means, for the message."""
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"{name}: expected a bool tensor of shape ({batch}, {seq_len}), got {type(mask).__name__}")
     if mask.dtype != torch.bool:
-        raise ValueError(f"{name}: expected dtype torch.bool (True = {name.split('_')[0]}), got {mask.dtype}")
+        raise ValueError(f"{name}: expected dtype torch.bool (True = {marks}), got {mask.dtype}")
     if tuple(mask.shape) != (batch, seq_len):
         raise ValueError(f"{name}: expected shape ({batch}, {seq_len}) = (B, T), got {tuple(mask.shape)}")
     if mask.device != device:
