@@ -12,6 +12,7 @@ from typing import Sequence
 import torch
 
 from .backends import get_backend
+from .spec import BandSpec
 from .validation import check_dilation, check_mask, check_qkv, check_scale, check_window
 
 
@@ -19,13 +20,8 @@ def band_attention_with_lse(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    *,
-    window: int,
-    dilations: tuple[int, ...],
-    causal: bool,
     key_mask: torch.Tensor | None,
-    scale: float,
-    dropout_p: float = 0.0,
+    spec: BandSpec,
     backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Band attention in heads-first layout, returning the log-normaliser too.
@@ -36,10 +32,7 @@ def band_attention_with_lse(
     """
     if q.shape[2] == 0:
         return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
-    return get_backend(backend).fn(
-        q, k, v, window=window, dilations=dilations, causal=causal,
-        key_mask=key_mask, scale=scale, dropout_p=dropout_p,
-    )
+    return get_backend(backend).fn(q, k, v, key_mask, spec)
 
 
 def banded_attention(
@@ -77,11 +70,8 @@ def banded_attention(
     pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, q.device, "padding")
     get_backend(backend)  # fail on a bad name before doing any work
 
-    out, _ = band_attention_with_lse(
-        *(x.transpose(1, 2) for x in (q, k, v)),
-        window=window, dilations=dilations, causal=bool(causal),
-        key_mask=pad, scale=scale, backend=backend,
-    )
+    spec = BandSpec(window, dilations, bool(causal), scale)
+    out, _ = band_attention_with_lse(*(x.transpose(1, 2) for x in (q, k, v)), pad, spec, backend)
     if pad is not None:
         out = out.masked_fill(pad[:, None, :, None], 0.0)
     return out.transpose(1, 2).to(q.dtype)

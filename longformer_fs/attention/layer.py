@@ -25,6 +25,7 @@ from .backends import get_backend
 from .dense import masked_attention
 from .functional import band_attention_with_lse
 from .softmax import merge_attention
+from .spec import BandSpec
 from .validation import check_dilation, check_mask, check_window
 
 
@@ -139,10 +140,8 @@ class LongformerSelfAttention(nn.Module):
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
         band_mask = pad if glob is None else (glob if pad is None else pad | glob)
-        out, lse = band_attention_with_lse(
-            q, k, v, window=self.window, dilations=self.dilations, causal=self.causal,
-            key_mask=band_mask, scale=self.scale, dropout_p=dropout_p, backend=self.backend,
-        )
+        spec = BandSpec(self.window, self.dilations, self.causal, self.scale, dropout_p)
+        out, lse = band_attention_with_lse(q, k, v, band_mask, spec, self.backend)
 
         if glob is not None:
             out = self._add_global(x, q, k, v, out, lse, glob, pad, dropout_p)

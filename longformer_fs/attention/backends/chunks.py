@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from ..band import band_width, effective_window
 from ..dense import compute_dtype
 from ..softmax import masked_softmax_with_lse
+from ..spec import BandSpec
 
 # Below this, per-block overhead dominates the wasted scores.
 MIN_BLOCK = 32
@@ -60,8 +61,8 @@ def undilated_band_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     window: int,
-    causal: bool,
     key_ok: torch.Tensor,
+    causal: bool,
     scale: float,
     dropout_p: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,39 +115,27 @@ def _from_residues(x: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def chunks_band_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    window: int,
-    dilations: tuple[int, ...],
-    causal: bool,
-    key_mask: torch.Tensor | None,
-    scale: float,
-    dropout_p: float,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
     b, h, t, _ = q.shape
     dtype = compute_dtype(q.dtype)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     key_ok = torch.ones(b, t, dtype=torch.bool, device=q.device) if key_mask is None else ~key_mask
-
-    groups: dict[int, list[int]] = {}
-    for head, d in enumerate(dilations):
-        groups.setdefault(d, []).append(head)
+    args = (spec.causal, spec.scale, spec.dropout_p)
 
     outs, lses, order = [], [], []
-    for d, heads in groups.items():
+    for d, heads in spec.head_groups().items():
         idx = slice(None) if len(heads) == h else torch.tensor(heads, device=q.device)
         qs, ks, vs = (x[:, idx] for x in (q, k, v))
-        w = effective_window(window, t, d)
+        w = effective_window(spec.window, t, d)
         if d == 1:
-            out, lse = undilated_band_attention(qs, ks, vs, w, causal, key_ok, scale, dropout_p)
+            out, lse = undilated_band_attention(qs, ks, vs, w, key_ok, *args)
         else:
             pad = -t % d
             qs, ks, vs = (_to_residues(F.pad(x, (0, 0, 0, pad)), d) for x in (qs, ks, vs))
             ok = F.pad(key_ok, (0, pad)).view(b, -1, d).transpose(1, 2).reshape(b * d, -1)
-            out, lse = undilated_band_attention(qs, ks, vs, w, causal, ok, scale, dropout_p)
+            out, lse = undilated_band_attention(qs, ks, vs, w, ok, *args)
             out = _from_residues(out, d)[:, :, :t]
             lse = _from_residues(lse, d)[:, :, :t]
         outs.append(out)
