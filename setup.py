@@ -1,14 +1,19 @@
-"""Packaging for longformer-fs.
+"""Packaging for longformer-fs, including the cuda_ext band kernels.
 
-The C++/CUDA extension in ``cuda_ext/`` is added here by the kernels work; until then the
-package is pure Python and the ``"kernel"`` attention backend reports itself unavailable.
+The CPU extension is always built (with OpenMP, so at::parallel_for uses every core).
+The CUDA kernels are added when the installed torch is a CUDA build and a CUDA compiler
+is found; otherwise the same module is built CPU-only. Set LONGFORMER_FS_CPU_ONLY=1 to
+skip CUDA, or LONGFORMER_FS_MARCH to choose the -march flag (default: native, since the
+extension is compiled on the machine that runs it).
 """
 
+import os
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
+EXT = "cuda_ext"
 
 
 def read_version() -> str:
@@ -16,6 +21,48 @@ def read_version() -> str:
         if line.startswith("__version__"):
             return line.split("=", 1)[1].strip().strip('"')
     raise RuntimeError("longformer_fs/version.py has no __version__")
+
+
+def extensions():
+    import torch
+    from torch.utils import cpp_extension
+
+    march = os.environ.get("LONGFORMER_FS_MARCH", "native")
+    cxx = ["-O3", "-std=c++17", "-fopenmp", f"-march={march}"]
+    sources = [f"{EXT}/binding.cpp", f"{EXT}/cpu/band_attention_cpu.cpp"]
+    include = [str(ROOT / EXT / "include")]
+    want_cuda = (
+        torch.version.cuda is not None
+        and cpp_extension.CUDA_HOME is not None
+        and os.environ.get("LONGFORMER_FS_CPU_ONLY", "0") != "1"
+    )
+    if want_cuda:
+        nvcc = ["-O3", "-std=c++17", "--use_fast_math", "-lineinfo"]
+        return [
+            cpp_extension.CUDAExtension(
+                "longformer_fs._band_kernels",
+                sources + [f"{EXT}/cuda/band_attention.cu"],
+                include_dirs=include,
+                define_macros=[("LFS_WITH_CUDA", "1")],
+                extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+                extra_link_args=["-fopenmp"],
+            )
+        ]
+    return [
+        cpp_extension.CppExtension(
+            "longformer_fs._band_kernels",
+            sources,
+            include_dirs=include,
+            extra_compile_args={"cxx": cxx},
+            extra_link_args=["-fopenmp"],
+        )
+    ]
+
+
+def build_ext_class():
+    from torch.utils.cpp_extension import BuildExtension
+
+    return BuildExtension.with_options(use_ninja=True)
 
 
 setup(
@@ -29,5 +76,7 @@ setup(
     # torch and fairseq-fixed are installed by `make install` (see the Makefile for why
     # they are not ordinary requirements); the rest is in requirements.txt.
     install_requires=[],
+    ext_modules=extensions(),
+    cmdclass={"build_ext": build_ext_class()},
     entry_points={"console_scripts": ["longformer-fs=longformer_fs.cli:main"]},
 )

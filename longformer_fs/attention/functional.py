@@ -32,7 +32,7 @@ def band_attention_with_lse(
     """
     if q.shape[2] == 0:
         return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
-    return get_backend(backend).fn(q, k, v, key_mask, spec)
+    return get_backend(backend, spec).fn(q, k, v, key_mask, spec)
 
 
 def banded_attention(

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..spec import BandSpec
 from . import kernel
 from .chunks import chunks_band_attention
 from .reference import reference_band_attention
@@ -28,9 +29,10 @@ from .reference import reference_band_attention
 @dataclass(frozen=True)
 class Backend:
     name: str
-    fn: Callable | None
+    fn: Callable
     summary: str
     unavailable_reason: Callable[[], str | None] = lambda: None
+    supports: Callable[[BandSpec], bool] = lambda spec: True  # e.g. dropout
 
     @property
     def available(self) -> bool:
@@ -40,8 +42,8 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("kernel", None, "compiled C++/CUDA band kernels",
-                kernel.unavailable_reason),
+        Backend("kernel", kernel.kernel_band_attention, "compiled C++/CUDA band kernels, memory O(T*D)",
+                kernel.unavailable_reason, kernel.supports),
         Backend("chunks", chunks_band_attention, "blocked PyTorch, memory O(T*w)"),
         Backend("reference", reference_band_attention, "dense masked attention, O(T^2), for tests"),
     )
@@ -56,10 +58,13 @@ def available_backends() -> list[str]:
     return [name for name, b in BACKENDS.items() if b.available]
 
 
-def get_backend(name: str) -> Backend:
-    """Resolve a backend name (or ``"auto"``), with errors that list the alternatives."""
+def get_backend(name: str, spec: BandSpec | None = None) -> Backend:
+    """Resolve a backend name (or ``"auto"``, given the call's ``spec`` when known)."""
     if name == "auto":
-        return next(BACKENDS[n] for n in AUTO_ORDER if BACKENDS[n].available)
+        return next(
+            BACKENDS[n] for n in AUTO_ORDER
+            if BACKENDS[n].available and (spec is None or BACKENDS[n].supports(spec))
+        )
     if name not in BACKENDS:
         raise ValueError(
             f"backend: unknown attention backend {name!r}; choose 'auto' or one of "

@@ -1,12 +1,64 @@
-"""The "kernel" backend slot: the compiled band kernels of ``cuda_ext/``.
+"""The "kernel" backend: the compiled band kernels of ``cuda_ext/``.
 
-The extension and its autograd binding do not exist yet, so this backend reports itself
-unavailable and ``"auto"`` resolves to ``"chunks"``.
+Forward returns the output and its log-sum-exp, and backward accepts a gradient for
+both, so the layer can merge the band with its global-key columns exactly. The
+kernels take any strides with a unit stride on the head dimension, so the transposed
+``(B, T, H, D)`` views of the public API go in without copies.
+
+Attention dropout is not implemented in the kernels; ``"auto"`` picks ``"chunks"`` for
+calls that need it (see :attr:`~longformer_fs.attention.backends.Backend.supports`).
 """
 
 from __future__ import annotations
 
+import importlib
+
+import torch
+
+from ..spec import BandSpec
+
+_MODULE = "longformer_fs._band_kernels"
+
+
+def _load():
+    return importlib.import_module(_MODULE)
+
 
 def unavailable_reason() -> str | None:
-    """Why the kernel backend cannot run here (None once it can)."""
-    return "the cuda_ext band kernels are not part of this build yet"
+    """Why the kernel backend cannot run here (None when it can)."""
+    try:
+        _load()
+    except ImportError as err:
+        return f"the cuda_ext extension is not built ({err}); run `make install`"
+    return None
+
+
+def supports(spec: BandSpec) -> bool:
+    return spec.dropout_p == 0.0
+
+
+class _BandKernel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, key_ok, dilations, window, causal, scale):
+        out, lse = _load().forward(q, k, v, key_ok, list(dilations), window, causal, scale)
+        ctx.save_for_backward(q, k, v, key_ok, out, lse)
+        ctx.args = (list(dilations), window, causal, scale)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, key_ok, out, lse = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv = _load().backward(q, k, v, key_ok, *ctx.args, out, lse, dout, dlse)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
+
+
+def kernel_band_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
+    if not supports(spec):
+        raise ValueError("backend: 'kernel' has no attention dropout; use backend='auto' or 'chunks'")
+    key_ok = None if key_mask is None else ~key_mask
+    return _BandKernel.apply(q, k, v, key_ok, spec.dilations, spec.window, spec.causal, spec.scale)
