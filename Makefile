@@ -25,7 +25,8 @@ PYTEST_ARGS ?=
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
-INSTALL_INPUTS := Makefile setup.py pyproject.toml requirements.txt requirements-test.txt constraints.txt
+INSTALL_INPUTS := Makefile setup.py pyproject.toml requirements.txt requirements-test.txt constraints.txt \
+	$(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h')
 
 ifeq ($(TORCH),auto)
 SYSTEM_TORCH := $(shell $(PYTHON) -c "import torch; print(torch.__version__)" 2>/dev/null)
@@ -60,6 +61,7 @@ $(STAMP): $(INSTALL_INPUTS)
 	@# against torch, hence --no-build-isolation (about 3 minutes on 2 cores, once).
 	$(PIP) install -q -c constraints.txt -r requirements.txt -r requirements-test.txt
 	$(PIP) install -q --no-deps --no-build-isolation $(FAIRSEQ_PIN)
+	@# Editable install; this also compiles the cuda_ext kernels (about a minute).
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	@touch $@
 	@echo ">> installed; run 'make test' or '$(VENV)/bin/longformer-fs info'"

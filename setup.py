@@ -28,7 +28,7 @@ def extensions():
     from torch.utils import cpp_extension
 
     march = os.environ.get("LONGFORMER_FS_MARCH", "native")
-    cxx = ["-O3", "-std=c++17", "-fopenmp", f"-march={march}"]
+    cxx = ["-O3", "-fopenmp", f"-march={march}"]
     sources = [f"{EXT}/binding.cpp", f"{EXT}/cpu/band_attention_cpu.cpp"]
     include = [str(ROOT / EXT / "include")]
     want_cuda = (

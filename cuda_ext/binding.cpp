@@ -1,14 +1,12 @@
 // Torch binding of the band kernels: argument checks, dtype/device dispatch, threading.
 //
-// The kernels themselves (cpu/, cuda/) see raw pointers and int64 strides only.
+// The kernels themselves (cpu/, cuda/) see raw pointers and int64 strides only. The
+// CUDA stream comes from Python as an integer handle, so this file needs no CUDA
+// headers and its CUDA branch compiles (and is checked) against a CPU-only torch.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
 #include <vector>
-
-#ifdef LFS_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
 
 #include "band_index.h"
 #include "band_kernels.h"
@@ -109,7 +107,8 @@ void check_cuda(int err, const char* what) {
 #endif
 
 std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok,
-                            std::vector<int64_t> dilation, int64_t window, bool causal, double scale) {
+                            std::vector<int64_t> dilation, int64_t window, bool causal, double scale,
+                            int64_t stream) {
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
   const auto ct = compute_type(q.scalar_type());
@@ -126,7 +125,7 @@ std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> 
     const int64_t lse_strides[3] = {lse.stride(0), lse.stride(1), lse.stride(2)};
     check_cuda(lfs::band_forward_cuda(prep.problem, cuda_dtype(q.scalar_type()), q.data_ptr(), k.data_ptr(),
                                       v.data_ptr(), in_strides, out.data_ptr(), out_strides, lse.data_ptr(),
-                                      lse_strides, at::cuda::getCurrentCUDAStream().stream()),
+                                      lse_strides, reinterpret_cast<void*>(stream)),
                "forward");
     return {out, lse};
 #else
@@ -147,7 +146,7 @@ std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> 
 
 std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok,
                              std::vector<int64_t> dilation, int64_t window, bool causal, double scale, Tensor out,
-                             Tensor lse, Tensor dout, c10::optional<Tensor> dlse) {
+                             Tensor lse, Tensor dout, c10::optional<Tensor> dlse, int64_t stream) {
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
   const auto ct = compute_type(q.scalar_type());
@@ -170,7 +169,7 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
     check_cuda(lfs::band_backward_cuda(prep.problem, cuda_dtype(q.scalar_type()), q.data_ptr(), k.data_ptr(),
                                        v.data_ptr(), in_strides, dout.data_ptr(), dout_strides, lse.data_ptr(),
                                        delta.data_ptr(), stat_strides, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                                       grad_strides, at::cuda::getCurrentCUDAStream().stream()),
+                                       grad_strides, reinterpret_cast<void*>(stream)),
                "backward");
     return {dq, dk, dv};
 #else
@@ -210,8 +209,8 @@ bool has_cuda() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Band-attention kernels (CPU, and CUDA when built with it).";
-  m.def("forward", &forward, "band attention forward -> (out, lse)");
-  m.def("backward", &backward, "band attention backward -> (dq, dk, dv)");
+  m.def("forward", &forward, "band attention forward -> (out, lse); stream: CUDA stream handle or 0");
+  m.def("backward", &backward, "band attention backward -> (dq, dk, dv); stream: CUDA stream handle or 0");
   m.def("index_probe", &index_probe, "band_index.h values, for tests");
   m.def("has_cuda", &has_cuda, "whether this build includes the CUDA kernels");
 }

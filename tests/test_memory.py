@@ -34,3 +34,18 @@ def test_chunks_memory_is_linear_at_16k(causal, dilation):
     assert peak < 10 * band, f"peak {peak / 2**20:.0f} MiB = {peak / band:.1f} band buffers"
     # Linear in T: 4x the length costs about 4x, where T^2 would cost 16x.
     assert peak < 4.5 * fwd_bwd_peak("chunks", seq_len // 4, causal, dilation)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel_memory_holds_no_band(causal):
+    """The fused kernel keeps no (H, T, W) buffer: its peak is a few (H, T, D) tensors."""
+    from longformer_fs.attention import available_backends
+
+    if "kernel" not in available_backends():
+        pytest.skip("cuda_ext extension not built")
+    seq_len = 16384
+    peak = fwd_bwd_peak("kernel", seq_len, causal)
+    rows = HEADS * seq_len * HEAD_DIM * 4  # one (H, T, D) fp32 tensor
+    assert peak < 12 * rows, f"peak {peak / 2**20:.0f} MiB = {peak / rows:.1f} (H, T, D) tensors"
+    band = HEADS * seq_len * (2 * WINDOW + 1) * 4
+    assert peak < 2 * band

@@ -11,6 +11,7 @@ calls that need it (see :attr:`~longformer_fs.attention.backends.Backend.support
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import torch
@@ -37,12 +38,24 @@ def supports(spec: BandSpec) -> bool:
     return spec.dropout_p == 0.0
 
 
+def _stream(device: torch.device) -> int:
+    """The current CUDA stream handle of ``device`` (0 on CPU): kernels launch on it."""
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+
+
+def _on_device(device: torch.device):
+    """Make ``device`` current for the launch (the kernels use the current CUDA device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 class _BandKernel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, key_ok, dilations, window, causal, scale):
-        out, lse = _load().forward(q, k, v, key_ok, list(dilations), window, causal, scale)
+        args = (list(dilations), window, causal, scale)
+        with _on_device(q.device):
+            out, lse = _load().forward(q, k, v, key_ok, *args, _stream(q.device))
         ctx.save_for_backward(q, k, v, key_ok, out, lse)
-        ctx.args = (list(dilations), window, causal, scale)
+        ctx.args = args
         return out, lse
 
     @staticmethod
@@ -50,7 +63,8 @@ class _BandKernel(torch.autograd.Function):
         q, k, v, key_ok, out, lse = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = _load().backward(q, k, v, key_ok, *ctx.args, out, lse, dout, dlse)
+        with _on_device(q.device):
+            dq, dk, dv = _load().backward(q, k, v, key_ok, *ctx.args, out, lse, dout, dlse, _stream(q.device))
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
 
 
