@@ -36,19 +36,35 @@ def test_console_script_is_installed():
     assert result.returncode == 0 and "info" in result.stdout and "bench" in result.stdout
 
 
-def test_bench_attention_writes_table_json_and_plot(tmp_path, capsys):
-    code = main(["bench", "attention", "--seq-lens", "64,96", "--window", "4", "--heads", "2",
-                 "--head-dim", "8", "--repeat", "1", "--impls", "chunks,reference,sdpa",
-                 "--out", str(tmp_path)])
+def test_bench_attention_writes_table_json_plot_and_targets(tmp_path, capsys):
+    from longformer_fs.attention import available_backends
+
+    impls = ["chunks", "reference", "sdpa", "sdpa-band"] + (["kernel"] if "kernel" in available_backends() else [])
+    code = main(["bench", "attention", "--seq-lens", "64,96", "--target-len", "64", "--window", "4",
+                 "--heads", "2", "--head-dim", "8", "--repeat", "1", "--threads", "1",
+                 "--impls", ",".join(impls), "--out", str(tmp_path)])
     assert code == 0
     out = capsys.readouterr().out
-    assert "fwd+bwd ms" in out and "xchunks" in out
+    assert "[scaling]" in out and "[variants]" in out and "fwd+bwd ms" in out
     data = json.loads((tmp_path / "results.json").read_text())
-    got = {(r["impl"], r["seq_len"]) for r in data["results"]}
-    assert got == {(i, n) for i in ("chunks", "reference", "sdpa") for n in (64, 96)}
+    scaling = {(r["impl"], r["seq_len"]) for r in data["results"] if r["part"] == "scaling"}
+    assert scaling == {(i, n) for i in impls for n in (64, 96)}
     for r in data["results"]:
         assert r["fwd_ms"] > 0 and r["fwd_bwd_ms"] > 0 and r["peak_mib"] > 0
+    variants = {r["variant"] for r in data["results"] if r["part"] == "variants"}
+    assert variants == {"bidir d=1", "causal d=1", "bidir d=2", "bidir d=3"}
+    if "kernel" in impls:
+        names = [t["target"] for t in data["targets"]]
+        assert any("causal" in n for n in names) and any("dilation 2" in n for n in names)
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_band_pairs_counts_the_band():
+    from longformer_fs.attention.band import band_mask
+    from longformer_fs.benchmarks.attention import band_pairs
+
+    for seq_len, window, dilation, causal in [(10, 2, 1, False), (17, 3, 2, True), (9, 20, 3, False), (1, 0, 1, True)]:
+        assert band_pairs(seq_len, window, dilation, causal) == int(band_mask(seq_len, window, dilation, causal).sum())
 
 
 def test_bench_rejects_unknown_implementation(tmp_path, capsys):

@@ -1,8 +1,17 @@
-"""``longformer-fs bench attention``: time and peak memory against sequence length.
+"""``longformer-fs bench attention``: every attention implementation, side by side.
 
-Every implementation runs on the same inputs in one process, so the printed ratios are
-side by side. Dense implementations are skipped (and say so) where their T x T buffers
-would not fit in memory.
+Two parts, both in one process so every ratio compares runs on the same machine state:
+
+- ``scaling``: time and peak memory against sequence length (the paper's Figure 1),
+  bidirectional, dilation 1, all implementations;
+- ``variants``: the target shape (``--target-len``) in causal and dilated variants, with
+  1 and 2 threads.
+
+A ``targets`` section then checks the issue's ratios (kernel vs chunks, vs dense SDPA,
+vs FlexAttention; causal and dilation costs; flat memory per token). Dense
+implementations are skipped, with the reason, where T x T would not fit in memory or
+beyond ``--dense-max-len``. FlexAttention has no CPU backward, so on CPU it is timed
+forward only.
 """
 
 from __future__ import annotations
@@ -10,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,18 +30,41 @@ from longformer_fs.attention import available_backends, banded_attention
 
 from .measure import median_time, peak_memory_bytes
 
-PEERS = {"sdpa": "dense full attention, torch SDPA (no band)"}
+PEERS = {
+    "sdpa": "dense full attention (torch SDPA, no band)",
+    "sdpa-band": "torch SDPA with a dense (T, T) band mask",
+    "flex": "torch.compile'd FlexAttention with a band block mask",
+}
+DENSE = {"reference", "sdpa", "sdpa-band"}
+
+
+@dataclass(frozen=True)
+class Case:
+    seq_len: int
+    window: int
+    dilation: int
+    causal: bool
+    threads: int
+
+    @property
+    def variant(self) -> str:
+        parts = ["causal" if self.causal else "bidir", f"d={self.dilation}"]
+        return " ".join(parts)
 
 
 @dataclass
 class Result:
     impl: str
+    part: str
     seq_len: int
+    variant: str
     threads: int
     fwd_ms: float | None = None
     fwd_bwd_ms: float | None = None
     peak_mib: float | None = None
+    fwd_gflops: float | None = None
     skipped: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _int_list(text: str) -> list[int]:
@@ -42,30 +75,93 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    impls = ",".join(available_backends() + list(PEERS))
-    parser.add_argument("--impls", default=impls,
-                        help="comma-separated implementations: attention backends "
+    impls = available_backends() + list(PEERS)
+    parser.add_argument("--impls", default=",".join(impls),
+                        help=f"comma-separated implementations: attention backends "
                              f"({', '.join(available_backends())}) and peers ({', '.join(PEERS)})")
-    parser.add_argument("--seq-lens", type=_int_list, default=[1024, 4096, 16384], help="sequence lengths T")
+    parser.add_argument("--parts", default="scaling,variants", help="which parts to run: scaling, variants")
+    parser.add_argument("--seq-lens", type=_int_list, default=[1024, 2048, 4096, 8192, 16384, 32768, 65536],
+                        help="sequence lengths of the scaling part")
+    parser.add_argument("--target-len", type=int, default=4096, help="sequence length of the variants part")
     parser.add_argument("--window", type=int, default=256, help="one-sided window w")
-    parser.add_argument("--dilation", type=int, default=1, help="dilation d for every head")
-    parser.add_argument("--causal", action="store_true", help="causal (autoregressive) band")
+    parser.add_argument("--dilation", type=int, default=1, help="dilation of the scaling part")
+    parser.add_argument("--causal", action="store_true", help="causal band in the scaling part")
+    parser.add_argument("--variant-dilations", type=_int_list, default=[2, 3], help="dilations of the variants part")
     parser.add_argument("--heads", type=int, default=8, help="heads H")
     parser.add_argument("--head-dim", type=int, default=64, help="head dimension D")
     parser.add_argument("--batch", type=int, default=1, help="batch size B")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=_int_list, default=[torch.get_num_threads()],
-                        help="CPU thread counts to measure, e.g. 1,2")
+    parser.add_argument("--threads", type=_int_list, default=sorted({1, torch.get_num_threads()}),
+                        help="CPU thread counts of the variants part; the scaling part uses the largest")
+    parser.add_argument("--dense-max-len", type=int, default=16384,
+                        help="skip dense implementations (O(T^2) time) beyond this length")
     parser.add_argument("--repeat", type=int, default=3, help="timed repetitions (median reported)")
     parser.add_argument("--out", type=Path, default=Path("bench_out/attention"),
                         help="directory for results.json and plot.png")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
 
 
-def _dense_bytes_needed(args, seq_len: int) -> int:
-    # fwd+bwd of a dense masked attention keeps about six (B, H, T, T) fp32 buffers.
-    return 6 * args.batch * args.heads * seq_len * seq_len * 4
+# ------------------------------------------------------------------------ implementations
+
+
+def band_pairs(seq_len: int, window: int, dilation: int, causal: bool) -> int:
+    """Exact number of (query, key) pairs in the band (padding-free)."""
+    total = 0
+    for r in range(min(dilation, seq_len)):
+        n = len(range(r, seq_len, dilation))
+        m = torch.arange(n)
+        hi = torch.clamp(m + (0 if causal else window), max=n - 1)
+        lo = torch.clamp(m - window, min=0)
+        total += int((hi - lo + 1).sum())
+    return total
+
+
+def _band_mask(case: Case, device) -> torch.Tensor:
+    pos = torch.arange(case.seq_len, device=device)
+    off = pos[None, :] - pos[:, None]
+    upper = 0 if case.causal else case.window * case.dilation
+    return (off % case.dilation == 0) & (off >= -case.window * case.dilation) & (off <= upper)
+
+
+_FLEX_CACHE: dict = {}
+
+
+def _flex_call(case: Case, q, k, v):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    key = (case.seq_len, case.window, case.dilation, case.causal, q.device.type)
+    if key not in _FLEX_CACHE:
+        w, d, causal = case.window, case.dilation, case.causal
+
+        def band(b, h, qi, kv):
+            off = kv - qi
+            inside = (off % d == 0) & (off >= -w * d)
+            return inside & (off <= 0) if causal else inside & (off <= w * d)
+
+        # _compile=True evaluates the mask block by block; the default is dense in T^2.
+        mask = create_block_mask(band, None, None, case.seq_len, case.seq_len, device=q.device, _compile=True)
+        _FLEX_CACHE[key] = (mask, torch.compile(flex_attention))
+    mask, flex = _FLEX_CACHE[key]
+    return lambda: flex(q, k, v, block_mask=mask)
+
+
+def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
+    """A zero-argument forward for ``impl``; q, k, v are (B, T, H, D)."""
+    if impl in available_backends():
+        return lambda: banded_attention(q, k, v, case.window, case.dilation, case.causal, backend=impl)
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
+    if impl == "sdpa":
+        return lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=case.causal)
+    if impl == "sdpa-band":
+        mask = _band_mask(case, q.device)
+        return lambda: F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+    if impl == "flex":
+        return _flex_call(case, qh, kh, vh)
+    raise ValueError(f"--impls: unknown implementation {impl!r}")
+
+
+# ------------------------------------------------------------------------------ measuring
 
 
 def _available_memory(device: torch.device) -> int:
@@ -74,72 +170,180 @@ def _available_memory(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def _make_call(impl: str, args, q, k, v):
-    if impl == "sdpa":
-        qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
-        return lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=args.causal)
-    return lambda: banded_attention(q, k, v, args.window, args.dilation, args.causal, backend=impl)
+def _skip_reason(impl: str, case: Case, args) -> str | None:
+    if impl not in DENSE:
+        return None
+    if case.seq_len > args.dense_max_len:
+        return f"T > --dense-max-len={args.dense_max_len}"
+    # fwd+bwd of a dense masked attention keeps about six (B, H, T, T) fp32 buffers.
+    need = 6 * args.batch * args.heads * case.seq_len**2 * 4
+    if impl == "sdpa" and torch.device(args.device).type == "cpu":
+        need = 0  # CPU SDPA without a mask is a flash kernel: O(T) memory
+    if need > 0.8 * _available_memory(torch.device(args.device)):
+        return f"needs ~{need / 2**30:.0f} GiB"
+    return None
 
 
-def measure(impl: str, args, seq_len: int, threads: int) -> Result:
+def measure(impl: str, part: str, case: Case, args) -> Result:
     device = torch.device(args.device)
-    result = Result(impl, seq_len, threads)
-    if impl == "reference" and _dense_bytes_needed(args, seq_len) > 0.8 * _available_memory(device):
-        result.skipped = f"needs ~{_dense_bytes_needed(args, seq_len) / 2**30:.0f} GiB"
+    result = Result(impl, part, case.seq_len, case.variant, case.threads)
+    result.skipped = _skip_reason(impl, case, args)
+    if result.skipped:
         return result
+    torch.set_num_threads(case.threads)
     dtype = getattr(torch, args.dtype)
-    shape = (args.batch, seq_len, args.heads, args.head_dim)
-    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
-    call = _make_call(impl, args, q, k, v)
+    shape = (args.batch, case.seq_len, args.heads, args.head_dim)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    forward_only = impl == "flex" and device.type == "cpu"  # CPU flex rejects inputs needing grad
+    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only)
+               for _ in range(3))
+    call = make_call(impl, case, q, k, v)
+    budget = 30.0  # seconds per timing: slow configurations get fewer repeats
+    with torch.no_grad():
+        result.fwd_ms = 1e3 * median_time(call, device, args.repeat, budget_s=budget)
+    flops = 4 * args.batch * args.heads * args.head_dim * band_pairs(case.seq_len, case.window, case.dilation,
+                                                                      case.causal)
+    result.fwd_gflops = flops / (result.fwd_ms * 1e-3) / 1e9
+    if forward_only:
+        result.notes.append("forward only: CPU flex has no backward")
+        with torch.no_grad():
+            result.peak_mib = peak_memory_bytes(call, device) / 2**20
+        return result
 
     def fwd_bwd():
         call().float().sum().backward()
 
-    budget = 30.0  # seconds per measurement: slow dense runs get fewer repeats
-    with torch.no_grad():
-        result.fwd_ms = 1e3 * median_time(call, device, args.repeat, budget_s=budget)
     result.fwd_bwd_ms = 1e3 * median_time(fwd_bwd, device, args.repeat, budget_s=budget)
     result.peak_mib = peak_memory_bytes(fwd_bwd, device) / 2**20
     return result
 
 
-def print_table(results: list[Result], baseline: str = "chunks") -> None:
-    base = {(r.seq_len, r.threads): r for r in results if r.impl == baseline and not r.skipped}
-    print(f"{'impl':<10} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
-          f" {'fwd x' + baseline:>12} {'f+b x' + baseline:>12}")
+def matmul_gflops(device: str, dtype: torch.dtype, threads: int) -> float:
+    """This machine's dense matmul rate, as the practical peak to compare against."""
+    torch.set_num_threads(threads)
+    a = torch.randn(2048, 2048, device=device, dtype=dtype)
+    seconds = median_time(lambda: a @ a, device, repeat=5)
+    return 2 * 2048**3 / seconds / 1e9
+
+
+# -------------------------------------------------------------------------------- targets
+
+
+def _find(results, impl, part, variant=None, seq_len=None, threads=None):
     for r in results:
+        if (r.impl == impl and r.part == part and not r.skipped and (variant is None or r.variant == variant)
+                and (seq_len is None or r.seq_len == seq_len) and (threads is None or r.threads == threads)):
+            return r
+    return None
+
+
+def check_targets(results: list[Result], args) -> list[dict]:
+    """The issue's targets, from this run's numbers; missing inputs are reported as such."""
+    gpu = torch.device(args.device).type == "cuda"
+    t, top = args.target_len, max(args.threads)
+    targets = []
+
+    def add(name, value, ok, detail):
+        targets.append({"target": name, "value": value, "met": ok, "detail": detail})
+
+    def ratio(a, b, key):
+        if a is None or b is None or getattr(a, key) is None or getattr(b, key) is None:
+            return None
+        return getattr(a, key) / getattr(b, key)
+
+    base = "bidir d=1"
+    kern = _find(results, "kernel", "variants", base, t, top) or _find(results, "kernel", "scaling", None, t)
+    chunks = _find(results, "chunks", "variants", base, t, top) or _find(results, "chunks", "scaling", None, t)
+    sdpa = _find(results, "sdpa", "variants", base, t, top) or _find(results, "sdpa", "scaling", None, t)
+    flex = _find(results, "flex", "variants", base, t, top) or _find(results, "flex", "scaling", None, t)
+    if not gpu:
+        r = ratio(chunks, kern, "fwd_bwd_ms")
+        add("fwd+bwd >= 4x faster than chunks", r, r is not None and r >= 4, f"T={t}, speedup {r and round(r, 2)}")
+        r = ratio(sdpa, kern, "fwd_bwd_ms")
+        add("fwd+bwd >= 5x faster than dense SDPA", r, r is not None and r >= 5, f"T={t}, speedup {r and round(r, 2)}")
+        r = ratio(kern, flex, "fwd_ms")
+        add("fwd no slower than compiled flex", r, r is not None and r <= 1.0, f"T={t}, kernel/flex {r and round(r, 2)}")
+    else:
+        r = ratio(sdpa, kern, "fwd_bwd_ms")
+        add("fp32 fwd+bwd faster than SDPA", r, r is not None and r > 1, f"T={t}, speedup {r and round(r, 2)}")
+        k16, s16 = _find(results, "kernel", "scaling", None, 16384), _find(results, "sdpa", "scaling", None, 16384)
+        r = ratio(s16, k16, "fwd_bwd_ms")
+        add(">= 4x faster than SDPA at 16K", r, r is not None and r >= 4, f"speedup {r and round(r, 2)}")
+        r = ratio(kern, flex, "fwd_bwd_ms")
+        add("within 1.5x of flex (same dtype)", r, r is not None and r <= 1.5, f"kernel/flex {r and round(r, 2)}")
+    causal = _find(results, "kernel", "variants", "causal d=1", t, top)
+    r = ratio(kern, causal, "fwd_bwd_ms")
+    add("causal fwd+bwd >= 1.6x faster than bidirectional", r, r is not None and r >= 1.6,
+        f"speedup {r and round(r, 2)}")
+    for d in args.variant_dilations:
+        dil = _find(results, "kernel", "variants", f"bidir d={d}", t, top)
+        r = ratio(dil, kern, "fwd_bwd_ms")
+        add(f"dilation {d} costs <= 1.2x dilation 1", r, r is not None and r <= 1.2, f"cost {r and round(r, 2)}")
+        if gpu:
+            fd = _find(results, "flex", "variants", f"bidir d={d}", t, top)
+            r = ratio(dil, fd, "fwd_bwd_ms")
+            add(f"dilation {d} faster than flex", r, r is not None and r < 1, f"kernel/flex {r and round(r, 2)}")
+    per_token = {r.seq_len: r.peak_mib / r.seq_len for r in results
+                 if r.impl == "kernel" and r.part == "scaling" and not r.skipped and r.seq_len >= 8192}
+    if len(per_token) >= 2:
+        spread = max(per_token.values()) / min(per_token.values()) - 1
+        add("peak memory per token flat within 15% (8K..64K)", spread, spread <= 0.15,
+            f"spread {spread:.1%} over T={sorted(per_token)}")
+    return targets
+
+
+# --------------------------------------------------------------------------------- output
+
+
+def print_results(results: list[Result], part: str) -> None:
+    rows = [r for r in results if r.part == part]
+    if not rows:
+        return
+    print(f"\n[{part}]")
+    print(f"{'impl':<10} {'variant':<11} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
+          f" {'fwd GF/s':>9} {'f+b x kernel':>12}")
+    for r in rows:
         if r.skipped:
-            print(f"{r.impl:<10} {r.seq_len:>6} {r.threads:>3}  skipped: {r.skipped}")
+            print(f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3}  skipped: {r.skipped}")
             continue
-        b = base.get((r.seq_len, r.threads))
-        ratio_f = f"{r.fwd_ms / b.fwd_ms:.2f}" if b else "-"
-        ratio_fb = f"{r.fwd_bwd_ms / b.fwd_bwd_ms:.2f}" if b else "-"
-        print(f"{r.impl:<10} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {r.fwd_bwd_ms:>11.1f}"
-              f" {r.peak_mib:>9.1f} {ratio_f:>12} {ratio_fb:>12}")
+        ref = next((x for x in rows if x.impl == "kernel" and x.seq_len == r.seq_len and x.variant == r.variant
+                    and x.threads == r.threads and not x.skipped), None)
+        ratio = f"{r.fwd_bwd_ms / ref.fwd_bwd_ms:.2f}" if ref and r.fwd_bwd_ms else "-"
+        fb = f"{r.fwd_bwd_ms:.1f}" if r.fwd_bwd_ms is not None else "fwd only"
+        print(f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {fb:>11}"
+              f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {ratio:>12}")
 
 
 def plot(results: list[Result], path: Path, title: str) -> None:
+    """Figure-1 style: forward time, forward+backward time and peak memory against T."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for (impl, threads) in sorted({(r.impl, r.threads) for r in results}):
-        rows = [r for r in results if r.impl == impl and r.threads == threads and not r.skipped]
-        if not rows:
-            continue
-        xs = [r.seq_len for r in rows]
-        label = impl if len({r.threads for r in results}) == 1 else f"{impl} ({threads} thr)"
-        line, = ax_t.plot(xs, [r.fwd_bwd_ms for r in rows], marker="o", label=label)
-        ax_m.plot(xs, [r.peak_mib for r in rows], marker="o", color=line.get_color(), label=label)
-    for ax, ylabel in ((ax_t, "forward+backward time (ms)"), (ax_m, "peak memory (MiB)")):
+    rows = [r for r in results if r.part == "scaling" and not r.skipped]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    panels = (("fwd_ms", "forward time (ms)"), ("fwd_bwd_ms", "forward+backward time (ms)"),
+              ("peak_mib", "peak memory (MiB)"))
+    colors = {}
+    for ax, (key, ylabel) in zip(axes, panels):
+        for impl in dict.fromkeys(r.impl for r in rows):
+            mine = [r for r in rows if r.impl == impl and getattr(r, key) is not None]
+            if not mine:
+                continue
+            fwd_only = key == "peak_mib" and any(r.fwd_bwd_ms is None for r in mine)
+            line, = ax.plot([r.seq_len for r in mine], [getattr(r, key) for r in mine], marker="o",
+                            label=f"{impl} (forward only)" if fwd_only else impl, color=colors.get(impl),
+                            linestyle="--" if fwd_only else "-")
+            colors[impl] = line.get_color()
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
+    if any(r.fwd_bwd_ms is None for r in rows):
+        axes[1].set_title("(implementations without a backward here are absent)", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -150,28 +354,52 @@ def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     impls = [x for x in args.impls.split(",") if x]
-    known = set(available_backends()) | set(PEERS)
+    known = available_backends() + list(PEERS)
     unknown = [x for x in impls if x not in known]
     if unknown:
-        raise ValueError(f"--impls: unknown or unavailable {unknown}; choose from {sorted(known)}")
-    if args.window < 0 or args.dilation < 1:
-        raise ValueError("--window must be >= 0 and --dilation >= 1")
-    jobs = [(t, n, impl) for t in args.threads for n in args.seq_lens for impl in impls]
-    results = []
-    for threads, seq_len, impl in tqdm(jobs, desc="bench attention", unit="run"):
-        torch.set_num_threads(threads)
-        results.append(measure(impl, args, seq_len, threads))
+        raise ValueError(f"--impls: unknown or unavailable {unknown}; choose from {known}")
+    parts = [p for p in args.parts.split(",") if p]
+    if set(parts) - {"scaling", "variants"}:
+        raise ValueError(f"--parts: expected scaling and/or variants, got {args.parts!r}")
+    if args.window < 0 or args.dilation < 1 or min(args.variant_dilations, default=1) < 1:
+        raise ValueError("--window must be >= 0 and every dilation >= 1")
 
-    title = (f"B={args.batch} H={args.heads} D={args.head_dim} w={args.window} d={args.dilation}"
-             f"{' causal' if args.causal else ''} {args.dtype} on {args.device}")
+    top = max(args.threads)
+    jobs = []
+    if "scaling" in parts:
+        for n in args.seq_lens:
+            jobs += [(impl, "scaling", Case(n, args.window, args.dilation, args.causal, top)) for impl in impls]
+    if "variants" in parts:
+        variants = [(1, False), (1, True)] + [(d, False) for d in args.variant_dilations]
+        for threads in args.threads:
+            for d, causal in variants:
+                case = Case(args.target_len, args.window, d, causal, threads)
+                # Dense peers ignore the band: only the undilated bidirectional case says something.
+                jobs += [(impl, "variants", case) for impl in impls
+                         if impl not in DENSE or (d == 1 and not causal and impl == "sdpa")]
+    results = []
+    for impl, part, case in tqdm(jobs, desc="bench attention", unit="run"):
+        results.append(measure(impl, part, case, args))
+
+    title = (f"B={args.batch} H={args.heads} D={args.head_dim} w={args.window} {args.dtype} on {args.device}")
     print(title)
-    print_table(results)
+    peak = matmul_gflops(args.device, getattr(torch, args.dtype), top)
+    print(f"dense matmul reference: {peak:.0f} GFLOP/s with {top} thread(s)")
+    for part in ("scaling", "variants"):
+        print_results(results, part)
+    targets = check_targets(results, args)
+    if targets:
+        print("\n[targets]")
+        for t in targets:
+            state = "MET " if t["met"] else "MISS"
+            print(f"  {state} {t['target']}: {t['detail']}")
+
     args.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if not k.startswith("_")}
-    (args.out / "results.json").write_text(json.dumps(
-        {"config": config, "results": [asdict(r) for r in results]}, indent=2))
-    print(f"wrote {args.out / 'results.json'}")
-    if not args.no_plot:
+    payload = {"config": config, "matmul_gflops": peak, "results": [asdict(r) for r in results], "targets": targets}
+    (args.out / "results.json").write_text(json.dumps(payload, indent=2))
+    print(f"\nwrote {args.out / 'results.json'}")
+    if not args.no_plot and any(r.part == "scaling" for r in results):
         plot(results, args.out / "plot.png", title)
         print(f"wrote {args.out / 'plot.png'}")
     return 0
