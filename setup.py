@@ -72,7 +72,7 @@ setup(
     long_description=(ROOT / "README.md").read_text(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["longformer_fs", "longformer_fs.*"]),
+    packages=find_packages(include=["longformer_fs", "longformer_fs.*", "data_prep", "data_prep.*"]),
     # torch and fairseq-fixed are installed by `make install` (see the Makefile for why
     # they are not ordinary requirements); the rest is in requirements.txt.
     install_requires=[],

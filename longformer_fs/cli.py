@@ -13,6 +13,8 @@ import sys
 # name -> (module, one-line help). Nested names ("bench attention") become sub-subcommands.
 COMMANDS = {
     "info": ("longformer_fs.commands.info", "print versions and the attention backends available here"),
+    "prep text8": ("longformer_fs.commands.prep_char", "text8 as a byte-level fairseq dataset (90M/5M/5M)"),
+    "prep enwik8": ("longformer_fs.commands.prep_char", "enwik8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "bench attention": (
         "longformer_fs.benchmarks.attention",
         "time and peak memory of every attention implementation against sequence length",
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args._main(args) or 0
-    except (ValueError, FileNotFoundError) as err:  # user errors: one line, no traceback
+    except (ValueError, FileNotFoundError) as err:  # user errors (PrepError too): one line, no traceback
         print(f"longformer-fs: error: {err}", file=sys.stderr)
         return 2
 
