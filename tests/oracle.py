@@ -28,13 +28,15 @@ def _attend(query, keys, values, scale):
 
 def oracle_attention(
     q, k, v, window, dilations, causal=False, pad=None, glob=None,
-    q_glob=None, k_glob=None, v_glob=None, scale=None,
+    q_glob=None, k_glob=None, v_glob=None, scale=None, pos_query=None, pos_table=None,
 ):
     """Longformer attention on ``(B, T, H, D)`` tensors, full semantics.
 
     Local rows: band keys (global keys removed) plus all global keys, local k/v.
     Global rows: all non-padded keys through the global q/k/v. Padded rows: 0.
     In causal mode no row ever sees a key after it, global or not.
+    Optional relative-position term (band keys only): ``pos_query[b, i, h]`` (B, T, H, D)
+    dotted with ``pos_table[h, (j - i) / d_h + w]``, scaled like the content score.
     """
     batch, seq_len, heads, head_dim = q.shape
     scale = head_dim**-0.5 if scale is None else scale
@@ -56,7 +58,12 @@ def oracle_attention(
                 band = set(allowed_local_keys(i, seq_len, window, dilations[h], causal))
                 keys = [j for j in visible if (j in band and not glob[b, j]) or glob[b, j]]
                 idx = torch.tensor(keys)
-                head_outs.append(_attend(q[b, i, h], k[b, idx, h], v[b, idx, h], scale))
+                if pos_query is None:
+                    head_outs.append(_attend(q[b, i, h], k[b, idx, h], v[b, idx, h], scale))
+                    continue
+                columns = torch.tensor([(j - i) // dilations[h] + window for j in keys])
+                scores = (k[b, idx, h] @ q[b, i, h] + pos_table[h, columns] @ pos_query[b, i, h]) * scale
+                head_outs.append(torch.softmax(scores, dim=0) @ v[b, idx, h])
             rows.append(torch.stack(head_outs))
     return torch.stack(rows).view(batch, seq_len, heads, head_dim)
 

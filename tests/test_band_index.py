@@ -9,7 +9,7 @@ from oracle import allowed_local_keys
 from longformer_fs.attention import band
 
 
-@pytest.mark.parametrize("window,dilation,causal", itertools.product((0, 1, 3, 5), (1, 2, 3), (False, True)))
+@pytest.mark.parametrize("window,dilation,causal", list(itertools.product((0, 1, 3, 5), (1, 2, 3), (False, True))))
 def test_band_key_and_column_enumerate_the_window(window, dilation, causal):
     seq_len = 23
     width = band.band_width(window, causal)

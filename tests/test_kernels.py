@@ -31,7 +31,7 @@ def ext():
 
 
 @needs_kernel
-@pytest.mark.parametrize("window,dilation,causal", itertools.product((0, 1, 4), (1, 2, 3), (False, True)))
+@pytest.mark.parametrize("window,dilation,causal", list(itertools.product((0, 1, 4), (1, 2, 3), (False, True))))
 def test_header_index_math_matches_python_reference(window, dilation, causal):
     """band_index.h (compiled by g++ into the extension) against band.py."""
     seq_len = 19
@@ -125,7 +125,7 @@ def test_edge_shapes_single_batch_and_head(seq_len, window, dilation):
 
 
 @needs_kernel
-@pytest.mark.parametrize("window,dilation", itertools.product((1, 2, 3), (1, 2, 3)))
+@pytest.mark.parametrize("window,dilation", list(itertools.product((1, 2, 3), (1, 2, 3))))
 def test_gradcheck_float64_tiny(window, dilation):
     q, k, v = (torch.randn(1, 9, 2, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     pad = torch.zeros(1, 9, dtype=torch.bool)

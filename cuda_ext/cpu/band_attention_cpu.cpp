@@ -215,34 +215,25 @@ void scale_row(T* row, int64_t len, T mul) {
   for (int64_t c = 0; c < len; c += L) store(row + c, load<V>(row + c) * mul);
 }
 
-// Per-item view of one residue class: positions m = 0..n-1 map to t = r + m*d.
-template <typename T>
-struct ItemView {
-  int64_t b, h, r, d, n, w, right, dp;
-  int64_t t(int64_t m) const { return r + m * d; }
+// One work item plus the padded head dim of its packed buffers.
+struct ItemView : ItemGeometry {
+  int64_t dp;
 };
 
-template <typename T>
-ItemView<T> make_view(const BandProblem& p, int64_t item) {
-  const Item it = decode_item(item, p.head_offset, p.heads);
-  ItemView<T> view;
-  view.b = it.batch;
-  view.h = it.head;
-  view.r = it.residue;
-  view.d = p.dilation[it.head];
-  view.n = residue_length(p.seq_len, view.d, view.r);
-  view.w = effective_window(p.window, view.n);
-  view.right = band_right(view.w, p.causal);
+ItemView make_view(const BandProblem& p, int64_t item) {
+  ItemView view;
+  static_cast<ItemGeometry&>(view) =
+      item_geometry(item, p.dilation, p.head_offset, p.heads, p.seq_len, p.window, p.causal);
   view.dp = round_up(p.head_dim, kAlign);
   return view;
 }
 
 // Rows of a residue class, copied into a zero-padded (rows x dp) buffer, times `mul`.
 template <typename T>
-void pack_rows(const ItemView<T>& iv, Strided4<const T> src, int64_t m0, int64_t count, int64_t head_dim, T mul,
+void pack_rows(const ItemView& iv, Strided4<const T> src, int64_t m0, int64_t count, int64_t head_dim, T mul,
                T* dst) {
   for (int64_t i = 0; i < count; ++i) {
-    const T* s = src.row(iv.b, iv.h, iv.t(m0 + i));
+    const T* s = src.row(iv.batch, iv.head, iv.t(m0 + i));
     T* o = dst + i * iv.dp;
     for (int64_t c = 0; c < head_dim; ++c) o[c] = s[c] * mul;
   }
@@ -250,9 +241,9 @@ void pack_rows(const ItemView<T>& iv, Strided4<const T> src, int64_t m0, int64_t
 
 // The same rows transposed into (dp x ld) columns [0, count).
 template <typename T>
-void pack_cols(const ItemView<T>& iv, Strided4<const T> src, int64_t count, int64_t head_dim, int64_t ld, T* dst) {
+void pack_cols(const ItemView& iv, Strided4<const T> src, int64_t count, int64_t head_dim, int64_t ld, T* dst) {
   for (int64_t j = 0; j < count; ++j) {
-    const T* s = src.row(iv.b, iv.h, iv.t(j));
+    const T* s = src.row(iv.batch, iv.head, iv.t(j));
     for (int64_t c = 0; c < head_dim; ++c) dst[c * ld + j] = s[c];
   }
 }
@@ -306,9 +297,9 @@ struct Packed {  // one item's keys/values, zero-padded so tiles may overrun n
 };
 
 template <typename T>
-void pack_item(const BandProblem& p, const ItemView<T>& iv, Strided4<const T> k, Strided4<const T> v, bool rows_k,
+void pack_item(const BandProblem& p, const ItemView& iv, Strided4<const T> k, Strided4<const T> v, bool rows_k,
                bool rows_v, bool cols_v, Packed<T>& pk) {
-  const int64_t span_max = iv.w + iv.right + kMaxRows + kAlign;  // widest tile beyond n
+  const int64_t span_max = iv.window + iv.right + kMaxRows + kAlign;  // widest tile beyond n
   pk.ld = round_up(iv.n + span_max, kAlign);
   pk.cols_k.assign(iv.dp * pk.ld, T(0));
   pack_cols(iv, k, iv.n, p.head_dim, pk.ld, pk.cols_k.data());
@@ -325,7 +316,7 @@ void pack_item(const BandProblem& p, const ItemView<T>& iv, Strided4<const T> k,
     pack_cols(iv, v, iv.n, p.head_dim, pk.ld, pk.cols_v.data());
   }
   pk.ok.assign(pk.ld, 0);
-  for (int64_t j = 0; j < iv.n; ++j) pk.ok[j] = p.key_ok ? p.key_ok[iv.b * p.seq_len + iv.t(j)] : 1;
+  for (int64_t j = 0; j < iv.n; ++j) pk.ok[j] = p.key_ok ? p.key_ok[iv.batch * p.seq_len + iv.t(j)] : 1;
 }
 
 }  // namespace
@@ -336,15 +327,15 @@ void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const 
   Packed<T> pk;
   std::vector<T> qb, tile, ob;
   for (int64_t item = item_begin; item < item_end; ++item) {
-    const ItemView<T> iv = make_view<T>(p, item);
+    const ItemView iv = make_view(p, item);
     if (iv.n == 0) continue;
     pack_item(p, iv, k, v, /*rows_k=*/false, /*rows_v=*/true, /*cols_v=*/false, pk);
-    const int64_t bq = block_rows(round_up(kMaxRows + iv.w + iv.right, kAlign));
+    const int64_t bq = block_rows(round_up(kMaxRows + iv.window + iv.right, kAlign));
     qb.assign(bq * iv.dp, T(0));
     ob.assign(bq * iv.dp, T(0));
     for (int64_t m0 = 0; m0 < iv.n; m0 += bq) {
       const int64_t rows = std::min(bq, iv.n - m0);
-      const KeyRange kr = key_range(m0, m0 + rows, iv.w, p.causal, iv.n);
+      const KeyRange kr = key_range(m0, m0 + rows, iv.window, p.causal, iv.n);
       const int64_t span = round_up(kr.hi - kr.lo, kAlign);
       tile.resize(bq * span);
       if (rows < bq) std::fill(qb.begin(), qb.end(), T(0));
@@ -354,16 +345,16 @@ void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const 
                      tile.data(), span);
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t m = m0 + i;
-        const KeyRange own = key_range(m, m + 1, iv.w, p.causal, iv.n);
+        const KeyRange own = key_range(m, m + 1, iv.window, p.causal, iv.n);
         const T l = softmax_row<T>(tile.data() + i * span, span, own.lo - kr.lo, own.hi - kr.lo,
                                    p.key_ok ? pk.ok.data() + kr.lo : nullptr);
-        lse.at(iv.b, iv.h, iv.t(m)) = l;
+        lse.at(iv.batch, iv.head, iv.t(m)) = l;
       }
       for (int64_t i = rows; i < round_up(rows, kRows); ++i) std::fill_n(tile.data() + i * span, span, T(0));
       gemm<T, false>(round_up(rows, kRows), iv.dp, span, tile.data(), span, 1, pk.rows_v.data() + kr.lo * iv.dp,
                      iv.dp, ob.data(), iv.dp);
       for (int64_t i = 0; i < rows; ++i)
-        std::memcpy(out.row(iv.b, iv.h, iv.t(m0 + i)), ob.data() + i * iv.dp, p.head_dim * sizeof(T));
+        std::memcpy(out.row(iv.batch, iv.head, iv.t(m0 + i)), ob.data() + i * iv.dp, p.head_dim * sizeof(T));
     }
   }
 }
@@ -375,10 +366,10 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
   Packed<T> pk;
   std::vector<T> qb, dob, probs, dscores, dqb, dk_acc, dv_acc;
   for (int64_t item = item_begin; item < item_end; ++item) {
-    const ItemView<T> iv = make_view<T>(p, item);
+    const ItemView iv = make_view(p, item);
     if (iv.n == 0) continue;
     pack_item(p, iv, k, v, /*rows_k=*/true, /*rows_v=*/false, /*cols_v=*/true, pk);
-    const int64_t bq = block_rows(round_up(kMaxRows + iv.w + iv.right, kAlign));
+    const int64_t bq = block_rows(round_up(kMaxRows + iv.window + iv.right, kAlign));
     qb.assign(bq * iv.dp, T(0));
     dob.assign(bq * iv.dp, T(0));
     dqb.assign(bq * iv.dp, T(0));
@@ -388,7 +379,7 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
     for (int64_t m0 = 0; m0 < iv.n; m0 += bq) {
       const int64_t rows = std::min(bq, iv.n - m0);
       const int64_t rows_pad = round_up(rows, kRows);
-      const KeyRange kr = key_range(m0, m0 + rows, iv.w, p.causal, iv.n);
+      const KeyRange kr = key_range(m0, m0 + rows, iv.window, p.causal, iv.n);
       const int64_t span = round_up(kr.hi - kr.lo, kAlign);
       probs.resize(bq * span);  // fully written by the gemms below
       dscores.resize(bq * span);
@@ -406,11 +397,11 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
                      dscores.data(), span);
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t m = m0 + i;
-        const KeyRange own = key_range(m, m + 1, iv.w, p.causal, iv.n);
+        const KeyRange own = key_range(m, m + 1, iv.window, p.causal, iv.n);
         T* pr = probs.data() + i * span;
         probs_row<T>(pr, span, own.lo - kr.lo, own.hi - kr.lo, p.key_ok ? pk.ok.data() + kr.lo : nullptr,
-                     lse.at(iv.b, iv.h, iv.t(m)));
-        const T dl = delta.at(iv.b, iv.h, iv.t(m));
+                     lse.at(iv.batch, iv.head, iv.t(m)));
+        const T dl = delta.at(iv.batch, iv.head, iv.t(m));
         T* ds = dscores.data() + i * span;
         for (int64_t c = 0; c < span; ++c) ds[c] = pr[c] * (ds[c] - dl);
       }
@@ -422,7 +413,7 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
       gemm<T, false>(rows_pad, iv.dp, span, dscores.data(), span, 1, pk.rows_k.data() + kr.lo * iv.dp, iv.dp,
                      dqb.data(), iv.dp);
       for (int64_t i = 0; i < rows; ++i) {
-        T* o = dq.row(iv.b, iv.h, iv.t(m0 + i));
+        T* o = dq.row(iv.batch, iv.head, iv.t(m0 + i));
         for (int64_t c = 0; c < p.head_dim; ++c) o[c] = dqb[i * iv.dp + c] * scale;
       }
       gemm<T, true>(span, iv.dp, rows_pad, dscores.data(), 1, span, qb.data(), iv.dp,
@@ -431,8 +422,8 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
                     dv_acc.data() + kr.lo * iv.dp, iv.dp);
     }
     for (int64_t j = 0; j < iv.n; ++j) {
-      std::memcpy(dk.row(iv.b, iv.h, iv.t(j)), dk_acc.data() + j * iv.dp, p.head_dim * sizeof(T));
-      std::memcpy(dv.row(iv.b, iv.h, iv.t(j)), dv_acc.data() + j * iv.dp, p.head_dim * sizeof(T));
+      std::memcpy(dk.row(iv.batch, iv.head, iv.t(j)), dk_acc.data() + j * iv.dp, p.head_dim * sizeof(T));
+      std::memcpy(dv.row(iv.batch, iv.head, iv.t(j)), dv_acc.data() + j * iv.dp, p.head_dim * sizeof(T));
     }
   }
 }

@@ -47,29 +47,23 @@ struct Strides {
   int64_t b, h, t;
 };
 
-struct ItemPos {
-  int64_t b, h, r, d, n, w;
-  __device__ int64_t t(int64_t m) const { return r + m * d; }
-};
+using ItemPos = ItemGeometry;
 
-__device__ ItemPos locate(const Geometry& g, int64_t item) {
-  const Item it = decode_item(item, g.head_offset, g.heads);
-  ItemPos pos;
-  pos.b = it.batch;
-  pos.h = it.head;
-  pos.r = it.residue;
-  pos.d = g.dilation[it.head];
-  pos.n = residue_length(g.seq_len, pos.d, pos.r);
-  pos.w = effective_window(g.window, pos.n);
-  return pos;
+// This block's work item and first row (query or key); false when it has none.
+__device__ __forceinline__ bool block_start(const Geometry& g, ItemPos& p, int64_t& first) {
+  const int64_t item = blockIdx.x / g.blocks_per_item;
+  p = item_geometry(item, g.dilation, g.head_offset, g.heads, g.seq_len, g.window, g.causal);
+  first = (blockIdx.x % g.blocks_per_item) * kTile;
+  return first < p.n;
 }
 
 __device__ __forceinline__ int64_t offset(const Strides& s, const ItemPos& p, int64_t m) {
-  return p.b * s.b + p.h * s.h + p.t(m) * s.t;
+  return p.batch * s.b + p.head * s.h + p.t(m) * s.t;
 }
 
 __device__ __forceinline__ bool key_allowed(const Geometry& g, const ItemPos& p, int64_t m, int64_t j) {
-  return j >= 0 && j < p.n && in_band(m, j, p.w, g.causal) && (g.key_ok == nullptr || g.key_ok[p.b * g.seq_len + p.t(j)]);
+  return j >= 0 && j < p.n && in_band(m, j, p.window, g.causal) &&
+         (g.key_ok == nullptr || g.key_ok[p.batch * g.seq_len + p.t(j)]);
 }
 
 // Rows [m0, m0 + kTile) of a (B, H, T, D) tensor into shared memory as Acc, row stride ld.
@@ -109,10 +103,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Geometry g, const In*
   Acc* sv = sk + kTile * ld;      // kTile x ld
   Acc* sp = sv + kTile * ld;      // kTile x (kTile + 1) probabilities
 
-  const int64_t item = blockIdx.x / g.blocks_per_item;
-  const ItemPos p = locate(g, item);
-  const int64_t m0 = (blockIdx.x % g.blocks_per_item) * kTile;
-  if (m0 >= p.n) return;
+  ItemPos p;
+  int64_t m0;
+  if (!block_start(g, p, m0)) return;
   const int row = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
   const int64_t m = m0 + row;
 
@@ -122,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Geometry g, const In*
   for (int i = 0; i < kPerLane; ++i) acc[i] = Acc(0);
   Acc run_max = -INFINITY, run_sum = Acc(0);
 
-  const KeyRange kr = key_range(m0, m0 + kTile < p.n ? m0 + kTile : p.n, p.w, g.causal, p.n);
+  const KeyRange kr = key_range(m0, m0 + kTile < p.n ? m0 + kTile : p.n, p.window, g.causal, p.n);
   for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kTile) {
     __syncthreads();
     load_tile<In, Acc>(sk, ld, k, in, p, j0, dim, Acc(1));
@@ -189,10 +182,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Geometry g, const In* q, c
   Acc* sv = sk + kTile * ld;
   Acc* sds = sv + kTile * ld;  // kTile x (kTile + 1)
 
-  const int64_t item = blockIdx.x / g.blocks_per_item;
-  const ItemPos p = locate(g, item);
-  const int64_t m0 = (blockIdx.x % g.blocks_per_item) * kTile;
-  if (m0 >= p.n) return;
+  ItemPos p;
+  int64_t m0;
+  if (!block_start(g, p, m0)) return;
   const int row = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
   const int64_t m = m0 + row;
   const bool live = m < p.n;
@@ -205,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Geometry g, const In* q, c
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] = Acc(0);
 
-  const KeyRange kr = key_range(m0, m0 + kTile < p.n ? m0 + kTile : p.n, p.w, g.causal, p.n);
+  const KeyRange kr = key_range(m0, m0 + kTile < p.n ? m0 + kTile : p.n, p.window, g.causal, p.n);
   for (int64_t j0 = kr.lo; j0 < kr.hi; j0 += kTile) {
     __syncthreads();
     load_tile<In, Acc>(sk, ld, k, in, p, j0, dim, Acc(1));
@@ -261,10 +253,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Geometry g, const In* q,
   Acc* sds = sp + kTile * (kTile + 1);  // [query][key] score gradients
   __shared__ Acc s_lse[kTile], s_delta[kTile];
 
-  const int64_t item = blockIdx.x / g.blocks_per_item;
-  const ItemPos p = locate(g, item);
-  const int64_t j0 = (blockIdx.x % g.blocks_per_item) * kTile;
-  if (j0 >= p.n) return;
+  ItemPos p;
+  int64_t j0;
+  if (!block_start(g, p, j0)) return;
   const int row = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
   const int64_t j = j0 + row;  // this thread's key
 
@@ -274,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Geometry g, const In* q,
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc_k[i] = acc_v[i] = Acc(0);
 
-  const KeyRange qr = query_range(j0, j0 + kTile < p.n ? j0 + kTile : p.n, p.w, g.causal, p.n);
+  const KeyRange qr = query_range(j0, j0 + kTile < p.n ? j0 + kTile : p.n, p.window, g.causal, p.n);
   for (int64_t m0 = qr.lo; m0 < qr.hi; m0 += kTile) {
     __syncthreads();
     load_tile<In, Acc>(sq, ld, q, in, p, m0, dim, Acc(g.scale));

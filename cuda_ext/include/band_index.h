@@ -88,4 +88,25 @@ LFS_HD Item decode_item(int64_t item, const int64_t* head_offset, int64_t heads)
   return it;
 }
 
+// Everything a kernel needs to know about one work item: where it is, and the
+// undilated window on its n-long subsequence (t = residue + m * dilation).
+struct ItemGeometry {
+  int64_t batch, head, residue, dilation, n, window, right;
+  LFS_HD int64_t t(int64_t m) const { return residue + m * dilation; }
+};
+
+LFS_HD ItemGeometry item_geometry(int64_t item, const int64_t* dilation, const int64_t* head_offset, int64_t heads,
+                                  int64_t seq_len, int64_t window, bool causal) {
+  const Item it = decode_item(item, head_offset, heads);
+  ItemGeometry g;
+  g.batch = it.batch;
+  g.head = it.head;
+  g.residue = it.residue;
+  g.dilation = dilation[it.head];
+  g.n = residue_length(seq_len, g.dilation, g.residue);
+  g.window = effective_window(window, g.n);
+  g.right = band_right(g.window, causal);
+  return g;
+}
+
 }  // namespace lfs

@@ -25,6 +25,7 @@ def masked_attention(
     allowed: torch.Tensor,
     scale: float,
     dropout_p: float = 0.0,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of every query over the allowed keys.
 
@@ -33,12 +34,15 @@ def masked_attention(
         allowed: bool broadcastable to ``(B, H, Tq, Tk)``.
         scale: multiplies the scores.
         dropout_p: dropout on the probabilities (after the normaliser is taken).
+        bias: added to the scaled scores, broadcastable to ``(B, H, Tq, Tk)``.
 
     Returns:
         ``out`` ``(B, H, Tq, D)`` and ``lse`` ``(B, H, Tq)``, both in the compute dtype.
     """
     dtype = compute_dtype(q.dtype)
     scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
     probs, lse = masked_softmax_with_lse(scores, allowed)
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)

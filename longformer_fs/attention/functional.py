@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from .backends import get_backend
-from .spec import BandSpec
+from .spec import BandSpec, PositionTerm
 from .validation import check_dilation, check_mask, check_qkv, check_scale, check_window
 
 
@@ -23,16 +23,21 @@ def band_attention_with_lse(
     key_mask: torch.Tensor | None,
     spec: BandSpec,
     backend: str = "auto",
+    position: PositionTerm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Band attention in heads-first layout, returning the log-normaliser too.
 
     Arguments are already validated; see :mod:`.backends` for the contract. Used by
     :class:`~longformer_fs.attention.layer.LongformerSelfAttention` to merge the band
-    with global keys.
+    with global keys, and by language models that add a relative-position term
+    (``position``; then ``spec.relative`` must be True).
     """
+    if (position is not None) != spec.relative:
+        raise ValueError("position: give a PositionTerm exactly when spec.relative is True")
     if q.shape[2] == 0:
         return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
-    return get_backend(backend, spec).fn(q, k, v, key_mask, spec)
+    fn = get_backend(backend, spec).fn
+    return fn(q, k, v, key_mask, spec, position) if position is not None else fn(q, k, v, key_mask, spec)
 
 
 def banded_attention(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(frozen=True)
 class BandSpec:
@@ -15,6 +17,8 @@ class BandSpec:
         causal: keys at or before the query only.
         scale: multiplies the scores (``1/sqrt(D)`` by default upstream).
         dropout_p: dropout on the probabilities; 0 outside training.
+        relative: whether the call adds a relative-position term
+            (:class:`PositionTerm`), which not every backend implements.
     """
 
     window: int
@@ -22,6 +26,7 @@ class BandSpec:
     causal: bool
     scale: float
     dropout_p: float = 0.0
+    relative: bool = False
 
     def head_groups(self) -> dict[int, list[int]]:
         """Heads grouped by dilation, in order of first appearance."""
@@ -29,3 +34,28 @@ class BandSpec:
         for head, d in enumerate(self.dilations):
             groups.setdefault(d, []).append(head)
         return groups
+
+
+@dataclass(frozen=True)
+class PositionTerm:
+    """A Transformer-XL relative-position term in band layout.
+
+    The band score of query ``i`` and column ``c`` gains ``query[i] . table[h, c]``,
+    scaled like the content score. Column ``c`` of head ``h`` is the key
+    ``i + d_h * (c - w)``, so a table of distances ``d_h * (w - c)`` is all it takes:
+    no relative shift and no T x T table.
+
+    Attributes:
+        query: ``(B, H, T, D)``, typically ``q + v_bias`` (the content score then uses
+            ``q + u_bias``).
+        table: ``(H, W, D)`` with ``W = band_width(window, causal)`` of the call.
+    """
+
+    query: torch.Tensor
+    table: torch.Tensor
+
+    def columns(self, window: int, effective: int, causal: bool) -> torch.Tensor:
+        """The table for an effective (clamped) window: its columns are the middle ones."""
+        width = effective + 1 if causal else 2 * effective + 1
+        start = window - effective
+        return self.table[:, start:start + width]

@@ -2,13 +2,15 @@
 
 Every backend implements the same internal contract, in heads-first layout::
 
-    fn(q, k, v, key_mask, spec: BandSpec) -> (out, lse)
+    fn(q, k, v, key_mask, spec: BandSpec[, position: PositionTerm]) -> (out, lse)
 
 - ``q, k, v``: ``(B, H, T, D)``, any floating dtype; the backend computes in
   :func:`~longformer_fs.attention.dense.compute_dtype` (fp32 at least).
 - ``key_mask``: ``(B, T)`` bool or None, True for keys to drop from every band
   (padding, and global tokens when the layer attends them separately).
 - ``spec``: window, per-head dilations, causal, scale, dropout (:class:`~..spec.BandSpec`).
+- ``position``: a relative-position term, passed only when ``spec.relative``; backends
+  without it say so through ``supports``.
 - returns ``out`` ``(B, H, T, D)`` in the compute dtype and ``lse`` ``(B, H, T)``, the
   log-sum-exp of each row's scaled scores; rows with no key give 0 and -inf.
 

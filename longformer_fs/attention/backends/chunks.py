@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from ..band import band_width, effective_window
 from ..dense import compute_dtype
 from ..softmax import masked_softmax_with_lse
-from ..spec import BandSpec
+from ..spec import BandSpec, PositionTerm
 
 # Below this, per-block overhead dominates the wasted scores.
 MIN_BLOCK = 32
@@ -65,6 +65,8 @@ def undilated_band_attention(
     causal: bool,
     scale: float,
     dropout_p: float,
+    pos_query: torch.Tensor | None = None,
+    pos_table: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sliding-window attention with dilation 1.
 
@@ -72,6 +74,8 @@ def undilated_band_attention(
         q, k, v: ``(N, H, T, D)`` in the compute dtype.
         window: one-sided window, already clamped to ``T - 1``.
         key_ok: ``(N, T)`` bool, True for keys that may be attended in the band.
+        pos_query, pos_table: optional relative-position term, ``(N, H, T, D)`` and
+            ``(H, W, D)`` for this window (see :class:`~..spec.PositionTerm`).
 
     Returns:
         ``out`` ``(N, H, T, D)`` and ``lse`` ``(N, H, T)``.
@@ -87,6 +91,9 @@ def undilated_band_attention(
     k_win = _key_windows(k, left, right, rows, blocks)
     tiles = torch.matmul(q_blocks, k_win.transpose(-1, -2))
     scores = _band_view(tiles, width)  # (n, h, blocks, rows, W), no copy
+    if pos_query is not None:
+        pq = F.pad(pos_query * scale, (0, 0, 0, blocks * rows - t)).view(n, h, blocks, rows, -1)
+        scores = scores + torch.einsum("nhbrd,hcd->nhbrc", pq, pos_table)
 
     # allowed[n, i, c] = key_ok[n, i + c - w], False outside [0, T).
     ok = F.pad(key_ok, (left, blocks * rows - t + right)).unfold(1, width, 1)
@@ -115,7 +122,8 @@ def _from_residues(x: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def chunks_band_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec,
+    position: PositionTerm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
     b, h, t, _ = q.shape
@@ -129,13 +137,19 @@ def chunks_band_attention(
         idx = slice(None) if len(heads) == h else torch.tensor(heads, device=q.device)
         qs, ks, vs = (x[:, idx] for x in (q, k, v))
         w = effective_window(spec.window, t, d)
+        pq = table = None
+        if position is not None:
+            pq = position.query[:, idx].to(dtype)
+            table = position.columns(spec.window, w, spec.causal)[idx].to(dtype)
         if d == 1:
-            out, lse = undilated_band_attention(qs, ks, vs, w, key_ok, *args)
+            out, lse = undilated_band_attention(qs, ks, vs, w, key_ok, *args, pq, table)
         else:
             pad = -t % d
             qs, ks, vs = (_to_residues(F.pad(x, (0, 0, 0, pad)), d) for x in (qs, ks, vs))
+            if pq is not None:
+                pq = _to_residues(F.pad(pq, (0, 0, 0, pad)), d)
             ok = F.pad(key_ok, (0, pad)).view(b, -1, d).transpose(1, 2).reshape(b * d, -1)
-            out, lse = undilated_band_attention(qs, ks, vs, w, ok, *args)
+            out, lse = undilated_band_attention(qs, ks, vs, w, ok, *args, pq, table)
             out = _from_residues(out, d)[:, :, :t]
             lse = _from_residues(lse, d)[:, :, :t]
         outs.append(out)

@@ -5,8 +5,9 @@ both, so the layer can merge the band with its global-key columns exactly. The
 kernels take any strides with a unit stride on the head dimension, so the transposed
 ``(B, T, H, D)`` views of the public API go in without copies.
 
-Attention dropout is not implemented in the kernels; ``"auto"`` picks ``"chunks"`` for
-calls that need it (see :attr:`~longformer_fs.attention.backends.Backend.supports`).
+Attention dropout and the relative-position term are not in the kernels yet; ``"auto"``
+picks ``"chunks"`` for calls that need them (see
+:attr:`~longformer_fs.attention.backends.Backend.supports`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def unavailable_reason() -> str | None:
 
 
 def supports(spec: BandSpec) -> bool:
-    return spec.dropout_p == 0.0
+    return spec.dropout_p == 0.0 and not spec.relative
 
 
 def _stream(device: torch.device) -> int:
@@ -69,10 +70,12 @@ class _BandKernel(torch.autograd.Function):
 
 
 def kernel_band_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec,
+    position=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
-    if not supports(spec):
-        raise ValueError("backend: 'kernel' has no attention dropout; use backend='auto' or 'chunks'")
+    if not supports(spec) or position is not None:
+        raise ValueError("backend: 'kernel' has no attention dropout or relative-position term yet; "
+                         "use backend='auto' or 'chunks'")
     key_ok = None if key_mask is None else ~key_mask
     return _BandKernel.apply(q, k, v, key_ok, spec.dilations, spec.window, spec.causal, spec.scale)

@@ -1,0 +1,33 @@
+"""Transformer-XL relative positions in band layout.
+
+Band column ``c`` of a head with dilation ``d`` holds the key ``d * (w - c)`` positions
+before the query (negative: after it). A language model projects the sinusoidal
+embedding of these distances per layer and head into the ``(H, W, D)`` table of a
+:class:`~longformer_fs.attention.spec.PositionTerm`; nothing is ever T x T.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .band import band_width
+
+
+def band_distances(window: int, dilations: tuple[int, ...], causal: bool) -> torch.Tensor:
+    """``(H, W)`` long: query position minus key position for each band column."""
+    columns = torch.arange(band_width(window, causal))
+    return torch.tensor(dilations)[:, None] * (window - columns)[None, :]
+
+
+def sinusoid(distances: torch.Tensor, dim: int) -> torch.Tensor:
+    """Transformer-XL's sinusoidal embedding: ``(..., dim)``, sines then cosines.
+
+    Args:
+        distances: any shape, in positions.
+        dim: embedding size, even.
+    """
+    if dim % 2:
+        raise ValueError(f"dim: the sinusoidal embedding needs an even size, got {dim}")
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    angles = distances.to(torch.float64)[..., None] * inv_freq
+    return torch.cat([angles.sin(), angles.cos()], dim=-1).to(torch.get_default_dtype())
