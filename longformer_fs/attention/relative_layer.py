@@ -1,0 +1,82 @@
+"""``RelativeBandSelfAttention``: causal band attention with Transformer-XL positions.
+
+The character LM's attention (paper §4): a per-layer window, dilation on some heads,
+and relative positions with a content bias ``u`` and a position bias ``v``:
+
+    score(i, j) = (q_i + u) . k_j + (q_i + v) . W_R R[i - j]
+
+In band layout ``R[i - j]`` depends only on the band column (DESIGN.md §3), so the
+position term is a ``(H, W, D)`` table, never T x T.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+
+from .functional import band_attention_with_lse
+from .relative import band_distances, sinusoid
+from .spec import BandSpec, PositionTerm
+from .validation import check_dilation, check_mask, check_window
+
+
+class RelativeBandSelfAttention(nn.Module):
+    """Band self-attention with relative positions over ``(T, B, C)`` inputs.
+
+    Args:
+        embed_dim: model width ``C``; divisible by ``num_heads``.
+        num_heads: heads ``H``.
+        window: one-sided window ``w``.
+        dilation: one int for all heads or one per head.
+        causal: autoregressive (the character LM) or not.
+        dropout: attention-probability dropout in training.
+        backend: band backend (``"auto"`` takes the fastest that has the position term).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, window: int, dilation: int | Sequence[int] = 1,
+                 causal: bool = True, dropout: float = 0.0, backend: str = "auto"):
+        super().__init__()
+        if num_heads < 1 or embed_dim % num_heads:
+            raise ValueError(f"embed_dim: {embed_dim} is not divisible by num_heads={num_heads}")
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.window = check_window(window)
+        self.dilations = check_dilation(dilation, num_heads)
+        self.causal, self.dropout, self.backend = bool(causal), dropout, backend
+        self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        self.pos_proj = nn.Linear(embed_dim, embed_dim, bias=False)  # W_R
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.content_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # u
+        self.position_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # v
+        # Sinusoids of each column's distance: (H, W, C); a buffer so it follows .to().
+        table = sinusoid(band_distances(self.window, self.dilations, self.causal), embed_dim)
+        self.register_buffer("distance_embedding", table, persistent=False)
+
+    def extra_repr(self) -> str:
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, window={self.window}, "
+                f"dilation={list(self.dilations)}, causal={self.causal}")
+
+    def position_table(self) -> torch.Tensor:
+        """``(H, W, D)``: head h's slice of ``W_R`` applied to its own column distances."""
+        projected = self.pos_proj(self.distance_embedding)  # (H, W, C)
+        heads = projected.view(self.num_heads, -1, self.num_heads, self.head_dim)
+        index = torch.arange(self.num_heads, device=projected.device)
+        return heads[index, :, index]  # (H, W, D)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: ``(T, B, C)`` -> ``(T, B, C)``; key_padding_mask: ``(B, T)``, True = padding."""
+        seq_len, batch, channels = x.shape
+        if channels != self.embed_dim:
+            raise ValueError(f"x: expected shape (T, B, {self.embed_dim}), got {tuple(x.shape)}")
+        pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device, "padding")
+        q, k, v = (t.view(seq_len, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+                   for t in self.qkv_proj(x).chunk(3, dim=-1))
+        spec = BandSpec(self.window, self.dilations, self.causal, self.head_dim**-0.5,
+                        self.dropout if self.training else 0.0, relative=True)
+        position = PositionTerm(q + self.position_bias[:, None], self.position_table())
+        out, _ = band_attention_with_lse(q + self.content_bias[:, None], k, v, pad, spec, self.backend, position)
+        if pad is not None:
+            out = out.masked_fill(pad[:, None, :, None], 0.0)
+        out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels).to(x.dtype)
+        return self.out_proj(out)

@@ -1,0 +1,1 @@
+"""Plain-PyTorch model building blocks (no fairseq imports)."""

@@ -1,0 +1,111 @@
+"""The character-LM decoder: pre-layernorm Transformer blocks over relative band attention.
+
+Plain PyTorch; ``longformer_fs.models.longformer_lm`` adapts it to fairseq.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """Sizes of a :class:`LongformerDecoder`.
+
+    ``windows[l]`` is layer l's one-sided window (bottom layer first);
+    ``dilations[l]`` its per-head dilations.
+    """
+
+    vocab_size: int
+    padding_idx: int
+    embed_dim: int
+    ffn_dim: int
+    num_heads: int
+    windows: tuple[int, ...]
+    dilations: tuple[tuple[int, ...], ...]
+    causal: bool = True
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.windows)
+
+
+class DecoderBlock(nn.Module):
+    """x + attn(LN(x)), then x + FFN(LN(x)) with GeLU (pre-layernorm)."""
+
+    def __init__(self, shape: DecoderShape, layer: int, dropout: float, attention_dropout: float, backend: str):
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(shape.embed_dim)
+        self.attn = RelativeBandSelfAttention(shape.embed_dim, shape.num_heads, shape.windows[layer],
+                                              shape.dilations[layer], shape.causal, attention_dropout, backend)
+        self.ffn_norm = nn.LayerNorm(shape.embed_dim)
+        self.fc1 = nn.Linear(shape.embed_dim, shape.ffn_dim)
+        self.fc2 = nn.Linear(shape.ffn_dim, shape.embed_dim)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
+        x = x + F.dropout(self.attn(self.attn_norm(x), pad), self.dropout, self.training)
+        hidden = F.dropout(F.gelu(self.fc1(self.ffn_norm(x))), self.dropout, self.training)
+        return x + F.dropout(self.fc2(hidden), self.dropout, self.training)
+
+
+class LongformerDecoder(nn.Module):
+    """Token embeddings, blocks, final layernorm, output projection tied to the embeddings.
+
+    Positions enter only through the relative term of each block's attention.
+    """
+
+    def __init__(self, shape: DecoderShape, dropout: float = 0.1, attention_dropout: float = 0.0,
+                 checkpoint_activations: bool = False, backend: str = "auto"):
+        super().__init__()
+        self.shape = shape
+        self.embed = nn.Embedding(shape.vocab_size, shape.embed_dim, padding_idx=shape.padding_idx)
+        nn.init.normal_(self.embed.weight, std=shape.embed_dim**-0.5)
+        self.blocks = nn.ModuleList(DecoderBlock(shape, i, dropout, attention_dropout, backend)
+                                    for i in range(shape.num_layers))
+        self.final_norm = nn.LayerNorm(shape.embed_dim)
+        self.dropout = dropout
+        self.checkpoint_activations = checkpoint_activations
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """tokens: ``(B, T)`` -> logits ``(B, T, V)`` and each block's output ``(T, B, C)``."""
+        pad = tokens.eq(self.shape.padding_idx)
+        pad = pad if bool(pad.any()) else None
+        x = F.dropout(self.embed(tokens).transpose(0, 1), self.dropout, self.training)
+        states = []
+        for block in self.blocks:
+            if self.checkpoint_activations and self.training:
+                x = checkpoint(block, x, pad, use_reentrant=False)
+            else:
+                x = block(x, pad)
+            states.append(x)
+        x = self.final_norm(x).transpose(0, 1)
+        return F.linear(x, self.embed.weight), states
+
+
+def layer_windows(spec: str | Sequence[int], num_layers: int) -> tuple[int, ...]:
+    """One-sided windows per layer from "w", "w0,w1,..." or "w_bottom:w_top" (geometric)."""
+    if not isinstance(spec, str):
+        values = [int(x) for x in spec]
+    elif ":" in spec:
+        lo, hi = (int(x) for x in spec.split(":"))
+        if num_layers == 1:
+            values = [lo]
+        else:  # bottom to top, evenly spaced in log scale, as the paper's growing windows
+            ratio = (hi / lo) ** (1 / (num_layers - 1))
+            values = [round(lo * ratio**i) for i in range(num_layers)]
+    else:
+        values = [int(x) for x in spec.split(",") if x.strip()]
+    if len(values) == 1:
+        values = values * num_layers
+    if len(values) != num_layers or min(values) < 0:
+        raise ValueError(f"attention windows: {spec!r} does not give {num_layers} windows >= 0")
+    return tuple(values)
