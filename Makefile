@@ -3,6 +3,11 @@
 #   make install   create .venv/ with pinned dependencies (a no-op when up to date)
 #   make test      install if needed, then run the test suite
 #   make info      print versions and the attention backends available here
+#   make text8-phase1 ... text8-phase5, enwik8-phase1 ... enwik8-phase5
+#                  one phase of the paper's character-LM recipe (recipes/char_lm/)
+#   make text8 / make enwik8
+#                  all five phases in order; each starts from the previous phase's
+#                  last checkpoint with a fresh optimizer; rerunning resumes
 #
 # Variables:
 #   PYTHON=python3        interpreter used to create the venv
@@ -11,6 +16,10 @@
 #                         any other value is a pip requirement to install instead,
 #                         e.g. TORCH="torch==2.13.0 --index-url <your CUDA index>"
 #   PYTEST_ARGS=...       extra arguments for pytest, e.g. PYTEST_ARGS="-k chunks -x"
+#   SIZE=small|large      character-LM model size (default small)
+#   DATA=data-bin         directory holding text8/ and enwik8/ from `longformer-fs prep`
+#   SAVE=checkpoints/char_lm   checkpoints go to SAVE/<corpus>/<size>/phaseN
+#   HYDRA_ARGS=...        extra Hydra overrides, e.g. HYDRA_ARGS="dataset.batch_size=4"
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -42,10 +51,42 @@ VENV_FLAGS :=
 TORCH_REQ := $(TORCH)
 endif
 
-.PHONY: help install test info clean-venv
+SIZE ?= small
+DATA ?= data-bin
+SAVE ?= checkpoints/char_lm
+HYDRA_ARGS ?=
+CORPORA := text8 enwik8
+PHASES := 1 2 3 4 5
+
+.PHONY: help install test info clean-venv $(CORPORA) \
+	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
-	@sed -n '2,16p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,29p' Makefile | sed 's/^# \{0,1\}//'
+
+# One phase: $(1) corpus, $(2) phase, $(3) previous phase (empty for phase 1).
+# ($$$$ is a shell $: this text is expanded twice, by call and by eval.)
+define char_lm_phase
+$(1)-phase$(2): $(STAMP)
+	@test -f $(DATA)/$(1)/dict.txt || { echo "error: $(DATA)/$(1) has no prepared data; run:" \
+		"longformer-fs prep $(1) --out $(DATA)/$(1) --download (or --zip PATH)"; exit 2; }
+	@prev="$(3)"; here=$(SAVE)/$(1)/$(SIZE); \
+	if [ -n "$$$$prev" ] && [ ! -f $$$$here/phase$(2)/checkpoint_last.pt ] \
+		&& [ ! -f $$$$here/phase$$$$prev/checkpoint_last.pt ]; then \
+		echo "error: phase $(2) starts from $$$$here/phase$$$$prev/checkpoint_last.pt, which does not exist;" \
+			"run 'make $(1)-phase$$$$prev SIZE=$(SIZE)' first"; exit 2; fi
+	$(VENV)/bin/fairseq-hydra-train --config-dir recipes/char_lm --config-name $(SIZE)_phase$(2) \
+		task.data=$(abspath $(DATA)/$(1)) checkpoint.save_dir=$(abspath $(SAVE)/$(1)/$(SIZE)/phase$(2)) \
+		$(if $(3),checkpoint.finetune_from_model=$(abspath $(SAVE)/$(1)/$(SIZE)/phase$(3)/checkpoint_last.pt)) \
+		$(HYDRA_ARGS)
+endef
+$(foreach c,$(CORPORA),$(eval $(call char_lm_phase,$(c),1,)))
+$(foreach c,$(CORPORA),$(foreach p,2 3 4 5,$(eval $(call char_lm_phase,$(c),$(p),$(word $(p),0 1 2 3 4)))))
+
+# A whole chain. fairseq resumes a phase from its checkpoint_last.pt (and then ignores
+# finetune_from_model), so rerunning the chain continues where it stopped.
+$(CORPORA):
+	@for p in $(PHASES); do $(MAKE) --no-print-directory $@-phase$$p || exit $$?; done
 
 install: $(STAMP)
 

@@ -1,0 +1,130 @@
+"""recipes/char_lm: the paper's values, and the make-driven phase chain on tiny data."""
+
+import subprocess
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes" / "char_lm"
+
+# Paper, Appendix A (DESIGN.md section 6), written out independently of the YAML.
+PAPER = {
+    "seq": [2048, 4096, 8192, 16384, 23040],
+    "batch": [32, 32, 16, 16, 16],
+    "lr": [2.5e-4, 1.25e-4, 6.25e-5, 3.125e-5, 1.5625e-5],
+    "steps": {"small": [430_000, 50_000, 50_000, 35_000, 5_000], "large": [350_000, 25_000, 10_000, 5_000, 5_000]},
+    "layers": {"small": 12, "large": 30},
+    "dropout": {"small": 0.2, "large": 0.4},
+    # the paper's dilation numbers per layer (0 = no gaps), on 2 heads
+    "dilation": {"small": [0] * 6 + [1] * 2 + [2] * 2 + [3] * 2,
+                 "large": [0] * 15 + [1] * 5 + [2] * 5 + [3] * 5},
+}
+
+
+def compose(name, overrides=()):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return hydra_compose(config_name=name, overrides=["task.data=/data", *overrides], return_hydra_config=True)
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_every_phase_composes_with_the_papers_values(size):
+    from longformer_fs.modules.decoder import layer_windows
+
+    previous = None
+    for phase in range(1, 6):
+        cfg = compose(f"{size}_phase{phase}")
+        i = phase - 1
+        steps = PAPER["steps"][size][i]
+        assert cfg.task._name == "longformer_char_lm" and cfg.criterion._name == "bpc_cross_entropy"
+        assert cfg.task.tokens_per_sample == PAPER["seq"][i]
+        assert cfg.dataset.batch_size == PAPER["batch"][i]
+        assert cfg.optimization.lr == [pytest.approx(PAPER["lr"][i])]
+        assert cfg.optimization.max_update == steps
+        assert cfg.lr_scheduler._name == "fixed" and cfg.lr_scheduler.warmup_updates == min(steps // 10, 10_000)
+        assert cfg.optimization.clip_norm == 0.25
+        assert cfg.optimizer._name == "adam" and cfg.optimizer.weight_decay == 0.01  # fairseq's Adam is AdamW
+        assert cfg.model.decoder_layers == PAPER["layers"][size]
+        assert (cfg.model.decoder_attention_heads, cfg.model.decoder_embed_dim) == (8, 512)
+        assert cfg.model.dropout == PAPER["dropout"][size]
+        assert cfg.model.dilated_heads == 2
+        dil = [int(x) for x in cfg.model.attention_dilations.split(",")]
+        assert dil == [n + 1 for n in PAPER["dilation"][size]]
+        windows = layer_windows(cfg.model.attention_windows, cfg.model.decoder_layers)
+        assert list(windows) == sorted(windows)  # grow from the bottom layer to the top
+        assert windows[0] == 32 * 2**i and (phase == 5 or windows[-1] == 8192 * 2**i)
+        assert cfg.common.user_dir.endswith("longformer_fs") and cfg.hydra.job.chdir is False
+        assert cfg.common.tensorboard_logdir
+        if previous is not None:  # windows double, the learning rate halves
+            assert windows[0] == 2 * previous[0][0] and windows[-1] == 2 * previous[0][-1]
+            assert cfg.optimization.lr[0] == pytest.approx(previous[1] / 2)
+        previous = (windows, cfg.optimization.lr[0])
+
+
+# ---------------------------------------------------------------- the chain, for real
+
+TINY = ["model.decoder_layers=2", "model.decoder_embed_dim=32", "model.decoder_ffn_embed_dim=64",
+        "model.decoder_attention_heads=4", "model.attention_dilations=\"'1,2'\"", "model.attention_windows=4:16",
+        "task.tokens_per_sample=64", "dataset.batch_size=8", "common.cpu=true", "common.log_interval=5",
+        "dataset.num_workers=0", "dataset.validate_interval_updates=10", "checkpoint.save_interval_updates=10",
+        "lr_scheduler.warmup_updates=2"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from data_prep.char_corpus import prepare
+
+    tmp = tmp_path_factory.mktemp("recipe")
+    rng = np.random.default_rng(1)
+    words = [b"one", b"two", b"three", b"four", b"five"]
+    text = b" ".join(words[i] for i in rng.integers(0, 5, 5000))[:20000]
+    with zipfile.ZipFile(tmp / "text8.zip", "w") as archive:
+        archive.writestr("text8", text)
+    prepare("text8", tmp / "data" / "text8", tmp / "text8.zip", verify=False, split_sizes=(16000, 2000, 2000))
+    return tmp
+
+
+def make(target, data, *overrides):
+    args = " ".join(TINY + list(overrides))
+    cmd = ["make", "--no-print-directory", "-o", ".venv/.installed", target, f"DATA={data / 'data'}",
+           f"SAVE={data / 'ckpt'}", f"HYDRA_ARGS={args}"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def updates(path):
+    return torch.load(path, weights_only=False)["optimizer_history"][-1]["num_updates"]
+
+
+def weights(path):
+    return torch.load(path, weights_only=False)["model"]
+
+
+def test_phases_chain_resume_and_refuse_a_missing_start(data):
+    ckpt = data / "ckpt" / "text8" / "small"
+    missing = make("text8-phase3", data)
+    assert missing.returncode != 0 and "phase 3 starts from" in missing.stdout + missing.stderr
+
+    first = make("text8-phase1", data, "optimization.max_update=20", "optimization.lr=[3e-3]")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert updates(ckpt / "phase1" / "checkpoint_last.pt") == 20
+
+    # Relaunching with a later max_update resumes from update 20.
+    resumed = make("text8-phase1", data, "optimization.max_update=30", "optimization.lr=[3e-3]")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Loaded checkpoint" in resumed.stdout + resumed.stderr
+    assert updates(ckpt / "phase1" / "checkpoint_last.pt") == 30
+
+    # Phase 2 starts from phase 1's weights (lr 0 keeps them) with a fresh update count.
+    second = make("text8-phase2", data, "optimization.max_update=3", "optimization.lr=[0.0]")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert updates(ckpt / "phase2" / "checkpoint_last.pt") == 3
+    start, end = weights(ckpt / "phase1" / "checkpoint_last.pt"), weights(ckpt / "phase2" / "checkpoint_last.pt")
+    name = "decoder.net.blocks.1.attn.pos_proj.weight"
+    assert torch.equal(start[name], end[name])
+    assert set(start) == set(end)
