@@ -5,6 +5,8 @@
 #   make info      print versions and the attention backends available here
 #   make text8-phase1 ... text8-phase5, enwik8-phase1 ... enwik8-phase5
 #                  one phase of the paper's character-LM recipe (recipes/char_lm/)
+#   make eval-bpc CKPT=path/checkpoint_last.pt CORPUS=text8 [SPLIT=test]
+#                  test BPC with the paper's protocol (windows of 32256, step 512)
 #   make text8 / make enwik8
 #                  all five phases in order; each starts from the previous phase's
 #                  last checkpoint with a fresh optimizer; rerunning resumes
@@ -58,11 +60,11 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test info clean-venv $(CORPORA) \
+.PHONY: help install test info clean-venv eval-bpc $(CORPORA) \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
-	@sed -n '2,29p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,31p' Makefile | sed 's/^# \{0,1\}//'
 
 # One phase: $(1) corpus, $(2) phase, $(3) previous phase (empty for phase 1).
 # ($$$$ is a shell $: this text is expanded twice, by call and by eval.)
@@ -82,6 +84,14 @@ $(1)-phase$(2): $(STAMP)
 endef
 $(foreach c,$(CORPORA),$(eval $(call char_lm_phase,$(c),1,)))
 $(foreach c,$(CORPORA),$(foreach p,2 3 4 5,$(eval $(call char_lm_phase,$(c),$(p),$(word $(p),0 1 2 3 4)))))
+
+CKPT ?=
+CORPUS ?= text8
+SPLIT ?= test
+EVAL_ARGS ?=
+eval-bpc: $(STAMP)
+	@test -n "$(CKPT)" || { echo "error: set CKPT=path/to/checkpoint.pt"; exit 2; }
+	$(VENV)/bin/longformer-fs eval-bpc $(CKPT) --data $(DATA)/$(CORPUS) --split $(SPLIT) $(EVAL_ARGS)
 
 # A whole chain. fairseq resumes a phase from its checkpoint_last.pt (and then ignores
 # finetune_from_model), so rerunning the chain continues where it stopped.

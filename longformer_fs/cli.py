@@ -15,6 +15,7 @@ COMMANDS = {
     "info": ("longformer_fs.commands.info", "print versions and the attention backends available here"),
     "prep text8": ("longformer_fs.commands.prep_char", "text8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "prep enwik8": ("longformer_fs.commands.prep_char", "enwik8 as a byte-level fairseq dataset (90M/5M/5M)"),
+    "eval-bpc": ("longformer_fs.commands.eval_bpc", "test BPC of a character-LM checkpoint, paper protocol"),
     "bench attention": (
         "longformer_fs.benchmarks.attention",
         "time and peak memory of every attention implementation against sequence length",

@@ -57,3 +57,21 @@ def test_training_lowers_bpc_and_scores_every_valid_character(data_bin, tmp_path
     assert len(train) >= 3 and train[-1] < 0.6 * train[0], train
     assert valid and all(int(float(v["valid_scored"])) == SPLITS[1] for v in valid)
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").is_file()
+
+
+def test_eval_bpc_on_the_trained_checkpoint(data_bin, tmp_path):
+    import json
+
+    fairseq_train(data_bin, "--max-update", "20", "--save-dir", str(tmp_path / "ckpt"), "--no-epoch-checkpoints")
+    out = tmp_path / "eval.json"
+    result = subprocess.run([sys.executable, "-m", "longformer_fs.cli", "eval-bpc",
+                             str(tmp_path / "ckpt" / "checkpoint_last.pt"), "--data", str(data_bin),
+                             "--window", "200", "--step", "50", "--batch-size", "4", "--json", str(out)],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    assert summary["scored"] == summary["split_chars"] == SPLITS[2]
+    assert 0.5 < summary["bpc"] < 4.0
+    missing = subprocess.run([sys.executable, "-m", "longformer_fs.cli", "eval-bpc", str(tmp_path / "nope.pt"),
+                              "--data", str(data_bin)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert missing.returncode == 2 and "checkpoint:" in missing.stderr

@@ -1,0 +1,1 @@
+"""Evaluation protocols (plain PyTorch; checkpoint loading lives in the command)."""
