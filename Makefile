@@ -1,5 +1,7 @@
 # longformer-fs: set-up, tests and (later) training recipes.
 #
+#   make demo      the main job: the 5-phase character-LM recipe at toy scale on a
+#                  generated corpus (no download; about 2 minutes on 2 cores)
 #   make install   create .venv/ with pinned dependencies (a no-op when up to date)
 #   make test      install if needed, then run the test suite
 #   make info      print versions and the attention backends available here
@@ -60,11 +62,11 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test info clean-venv eval-bpc $(CORPORA) \
+.PHONY: help install test info demo clean-venv eval-bpc $(CORPORA) \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
-	@sed -n '2,31p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,33p' Makefile | sed 's/^# \{0,1\}//'
 
 # One phase: $(1) corpus, $(2) phase, $(3) previous phase (empty for phase 1).
 # ($$$$ is a shell $: this text is expanded twice, by call and by eval.)
@@ -119,6 +121,9 @@ $(STAMP): $(INSTALL_INPUTS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VENV)/bin/longformer-fs demo --out demo_out $(DEMO_ARGS)
 
 info: $(STAMP)
 	$(VENV)/bin/longformer-fs info

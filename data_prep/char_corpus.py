@@ -170,8 +170,6 @@ def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing
             verify: bool = True, split_sizes: tuple[int, int, int] | None = None, force: bool = False,
             url: str | None = None) -> dict:
     """Prepare ``name`` ("text8" or "enwik8") into ``out``; returns the manifest."""
-    from tqdm import tqdm
-
     corpus = CORPORA[name]
     out = Path(out)
     zip_path = Path(zip_path) if zip_path is not None else out / f"{name}.zip"
@@ -190,6 +188,13 @@ def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing
         return json.loads((out / MANIFEST).read_text())
 
     data = np.frombuffer(read_corpus(corpus, zip_path, verify), dtype=np.uint8)
+    return write_dataset(data, out, sizes, manifest)
+
+
+def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], manifest: dict) -> dict:
+    """Split ``data`` (uint8 bytes) in file order and binarize it into ``out``."""
+    from tqdm import tqdm
+
     bounds = split_bounds(len(data), sizes)
     lookup, seen = build_dictionary(data[bounds[0][0]:bounds[0][1]])
     out.mkdir(parents=True, exist_ok=True)
@@ -197,13 +202,13 @@ def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing
     (out / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
 
     unknown = {}
-    with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {name}") as progress:
+    with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {manifest['corpus']}") as progress:
         for split, (lo, hi) in zip(SPLITS, bounds):
             tokens = lookup[data[lo:hi]]
             unknown[split] = int((tokens == 3).sum())
             write_split(tokens, out / split, progress)
 
-    manifest.update({"tokens": {s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds)}, "vocab_bytes": len(seen),
-                     "unknown_tokens": unknown})
+    manifest = dict(manifest, tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds)},
+                    vocab_bytes=len(seen), unknown_tokens=unknown)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return manifest

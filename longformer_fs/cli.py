@@ -13,6 +13,7 @@ import sys
 # name -> (module, one-line help). Nested names ("bench attention") become sub-subcommands.
 COMMANDS = {
     "info": ("longformer_fs.commands.info", "print versions and the attention backends available here"),
+    "demo": ("longformer_fs.commands.demo", "the 5-phase character-LM recipe at toy scale on a generated corpus"),
     "prep text8": ("longformer_fs.commands.prep_char", "text8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "prep enwik8": ("longformer_fs.commands.prep_char", "enwik8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "eval-bpc": ("longformer_fs.commands.eval_bpc", "test BPC of a character-LM checkpoint, paper protocol"),
