@@ -21,6 +21,7 @@ COMMANDS = {
         "longformer_fs.benchmarks.attention",
         "time and peak memory of every attention implementation against sequence length",
     ),
+    "bench lm": ("longformer_fs.benchmarks.lm", "training throughput of longformer_lm_small vs transformer_lm"),
 }
 
 

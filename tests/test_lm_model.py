@@ -25,7 +25,7 @@ def test_relative_attention_matches_dense_float64_reference(window, dilation, ca
     # Independent: the oracle's row loop with the Transformer-XL terms spelled out.
     q, k, v = (t.transpose(0, 1).reshape(2, 23, 4, 4) for t in layer.qkv_proj(x).chunk(3, -1))
     expected = oracle_attention(q + layer.content_bias, k, v, window, layer.dilations, causal,
-                                pos_query=q + layer.position_bias, pos_table=layer.position_table())
+                                pos_query=q + layer.position_bias, pos_table=layer.position_table(window))
     expected = layer.out_proj(expected.reshape(2, 23, 16).transpose(0, 1))
     torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
 

@@ -49,20 +49,21 @@ class RelativeBandSelfAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.content_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # u
         self.position_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # v
-        # Sinusoids of each column's distance: (H, W, C); a buffer so it follows .to().
-        table = sinusoid(band_distances(self.window, self.dilations, self.causal), embed_dim)
-        self.register_buffer("distance_embedding", table, persistent=False)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, window={self.window}, "
                 f"dilation={list(self.dilations)}, causal={self.causal}")
 
-    def position_table(self) -> torch.Tensor:
-        """``(H, W, D)``: head h's slice of ``W_R`` applied to its own column distances."""
-        projected = self.pos_proj(self.distance_embedding)  # (H, W, C)
-        heads = projected.view(self.num_heads, -1, self.num_heads, self.head_dim)
-        index = torch.arange(self.num_heads, device=projected.device)
-        return heads[index, :, index]  # (H, W, D)
+    def position_table(self, window: int | None = None) -> torch.Tensor:
+        """``(H, W, D)`` for a call with one-sided ``window`` (default: the layer's).
+
+        Row h is head h's D outputs of ``W_R`` applied to the sinusoids of head h's
+        column distances: H*W*C*D work, not the H*W*C*C of projecting every head fully.
+        """
+        window = self.window if window is None else window
+        weight = self.pos_proj.weight.view(self.num_heads, self.head_dim, self.embed_dim)
+        distances = band_distances(window, self.dilations, self.causal).to(weight.device)
+        return torch.einsum("hwc,hdc->hwd", sinusoid(distances, self.embed_dim).to(weight), weight)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: ``(T, B, C)`` -> ``(T, B, C)``; key_padding_mask: ``(B, T)``, True = padding."""
@@ -72,9 +73,12 @@ class RelativeBandSelfAttention(nn.Module):
         pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device, "padding")
         q, k, v = (t.view(seq_len, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
                    for t in self.qkv_proj(x).chunk(3, dim=-1))
-        spec = BandSpec(self.window, self.dilations, self.causal, self.head_dim**-0.5,
+        # Columns past T - 1 only reach outside the sequence for every head: leave them out,
+        # or a long window (8192 in the paper's top layers) would cost W = 16385 columns.
+        window = min(self.window, max(seq_len - 1, 0))
+        spec = BandSpec(window, self.dilations, self.causal, self.head_dim**-0.5,
                         self.dropout if self.training else 0.0, relative=True)
-        position = PositionTerm(q + self.position_bias[:, None], self.position_table())
+        position = PositionTerm(q + self.position_bias[:, None], self.position_table(window))
         out, _ = band_attention_with_lse(q + self.content_bias[:, None], k, v, pad, spec, self.backend, position)
         if pad is not None:
             out = out.masked_fill(pad[:, None, :, None], 0.0)

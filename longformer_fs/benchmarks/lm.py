@@ -1,0 +1,119 @@
+"""``longformer-fs bench lm``: training throughput of the character LM vs full attention.
+
+``longformer_lm_small`` (12 layers, width 512, 8 heads, the recipe's windows and
+dilation for the chosen phase) against fairseq's ``transformer_lm`` of the same width
+and depth with full attention, both pre-layernorm GeLU, one sequence per step,
+forward+backward, side by side in one process. A last row runs one training step of
+the small model at the phase-5 shape (23,040 characters) with activation checkpointing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import types
+from pathlib import Path
+
+import torch
+
+from .measure import median_time, peak_memory_bytes
+
+VOCAB = 205  # enwik8's byte vocabulary plus fairseq's specials
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seq-lens", type=_int_list, default=[2048, 4096, 8192], help="characters per sequence")
+    parser.add_argument("--phase", type=int, default=1, choices=range(1, 6),
+                        help="take windows and dilations from this phase of recipes/char_lm/small_phaseN")
+    parser.add_argument("--repeat", type=int, default=2, help="timed steps per measurement (median)")
+    parser.add_argument("--phase5-len", type=int, default=23040, help="length of the checkpointed step (0: skip)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--out", type=Path, default=Path("bench_out/lm"), help="directory for results.json")
+
+
+def longformer_small(phase: int, checkpoint: bool):
+    from longformer_fs.models.longformer_lm import dilation_pattern
+    from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder, layer_windows
+
+    windows = f"{32 * 2 ** (phase - 1)}:{8192 * 2 ** (phase - 1)}"
+    cfg = types.SimpleNamespace(decoder_layers=12, decoder_attention_heads=8, dilated_heads=2,
+                                attention_dilations="1,1,1,1,1,1,2,2,3,3,4,4")
+    shape = DecoderShape(VOCAB, 1, 512, 2048, 8, layer_windows(windows, 12), dilation_pattern(cfg))
+    return LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).train(), windows
+
+
+def transformer_lm(seq_len: int):
+    import longformer_fs  # noqa: F401  (imports fairseq quietly)
+    from fairseq.data import Dictionary
+    from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
+
+    dictionary = Dictionary()
+    for i in range(VOCAB - 4):
+        dictionary.add_symbol(f"0x{i:02x}")
+    args = argparse.Namespace(decoder_layers=12, decoder_embed_dim=512, decoder_ffn_embed_dim=2048,
+                              decoder_attention_heads=8, dropout=0.0, attention_dropout=0.0, activation_fn="gelu",
+                              decoder_normalize_before=True, tokens_per_sample=seq_len,
+                              max_target_positions=seq_len, share_decoder_input_output_embed=True)
+    base_lm_architecture(args)
+    task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return TransformerLanguageModel.build_model(args, task).train()
+
+
+def measure(model, seq_len: int, repeat: int) -> dict:
+    tokens = torch.randint(4, VOCAB, (1, seq_len))
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        logits = model(tokens)[0]
+        torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), tokens.view(-1)).backward()
+
+    try:
+        seconds = median_time(step, "cpu", repeat=repeat, warmup=1)
+        peak = peak_memory_bytes(step)
+    except (RuntimeError, MemoryError) as err:  # out of memory is a result, not a crash
+        return {"error": str(err).splitlines()[0][:120]}
+    return {"step_s": seconds, "chars_per_s": seq_len / seconds, "peak_gib": peak / 2**30}
+
+
+def main(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    ours, windows = longformer_small(args.phase, checkpoint=False)
+    rows = []
+    for seq_len in tqdm(args.seq_lens, desc="bench lm", unit="length"):
+        row = {"seq_len": seq_len, "longformer_lm_small": measure(ours, seq_len, args.repeat)}
+        baseline = transformer_lm(seq_len)
+        row["transformer_lm"] = measure(baseline, seq_len, args.repeat)
+        del baseline
+        rows.append(row)
+    print(f"training step, batch 1, {args.threads} thread(s); longformer_lm_small windows {windows} "
+          f"(phase {args.phase}), dilation on 2 heads")
+    print(f"{'T':>6} {'longformer chars/s':>18} {'peak GiB':>8} {'transformer chars/s':>19} {'peak GiB':>8} "
+          f"{'speedup':>7}")
+    for row in rows:
+        a, b = row["longformer_lm_small"], row["transformer_lm"]
+        speed = f"{a['chars_per_s'] / b['chars_per_s']:.2f}" if "error" not in a and "error" not in b else "-"
+        fmt = lambda r: (f"{r['chars_per_s']:>18.0f} {r['peak_gib']:>8.2f}" if "error" not in r
+                         else f"{'error: ' + r['error'][:20]:>27}")
+        print(f"{row['seq_len']:>6} {fmt(a)} {fmt(b).replace('  ', ' ', 1):>28} {speed:>7}")
+        row["speedup"] = None if speed == "-" else float(speed)
+    result = {"rows": rows, "windows": windows, "threads": args.threads}
+    if args.phase5_len:
+        big, big_windows = longformer_small(5, checkpoint=True)
+        result["phase5"] = {"seq_len": args.phase5_len, "windows": big_windows,
+                            **measure(big, args.phase5_len, repeat=1)}
+        p5 = result["phase5"]
+        state = (f"{p5['step_s']:.1f} s, peak {p5['peak_gib']:.2f} GiB of tensors" if "error" not in p5
+                 else f"failed: {p5['error']}")
+        print(f"phase-5 shape ({args.phase5_len} characters, windows {big_windows}, activation checkpointing): "
+              f"one training step {state}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out / 'results.json'}")
+    return 0
