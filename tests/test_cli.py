@@ -70,3 +70,16 @@ def test_band_pairs_counts_the_band():
 def test_bench_rejects_unknown_implementation(tmp_path, capsys):
     assert main(["bench", "attention", "--impls", "flashy", "--out", str(tmp_path)]) == 2
     assert "--impls" in capsys.readouterr().err
+
+
+def test_bench_lm_measures_both_models_and_the_phase5_step(tmp_path, capsys):
+    code = main(["bench", "lm", "--seq-lens", "64", "--repeat", "1", "--phase5-len", "96", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    row = data["rows"][0]
+    for model in ("longformer_lm_small", "transformer_lm"):
+        assert row[model]["chars_per_s"] > 0 and row[model]["peak_gib"] > 0
+    assert row["speedup"] == pytest.approx(row["longformer_lm_small"]["chars_per_s"]
+                                           / row["transformer_lm"]["chars_per_s"], rel=0.01)
+    assert data["phase5"]["seq_len"] == 96 and data["phase5"]["step_s"] > 0
+    assert "speedup" in capsys.readouterr().out

@@ -74,7 +74,7 @@ class RelativeBandSelfAttention(nn.Module):
         q, k, v = (t.view(seq_len, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
                    for t in self.qkv_proj(x).chunk(3, dim=-1))
         # Columns past T - 1 only reach outside the sequence for every head: leave them out,
-        # or a long window (8192 in the paper's top layers) would cost W = 16385 columns.
+        # or a long window (8192 in phase 1's top layer) would cost 8193 columns at any length.
         window = min(self.window, max(seq_len - 1, 0))
         spec = BandSpec(window, self.dilations, self.causal, self.head_dim**-0.5,
                         self.dropout if self.training else 0.0, relative=True)
