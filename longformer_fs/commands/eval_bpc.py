@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    import torch
+
     parser.description = (
         "Bits per character with overlapping windows: each window of --window characters advances "
         "by --step and scores only its last --step characters (the first scores all it covers), so "
@@ -18,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=32256, help="characters per window (paper: 32256)")
     parser.add_argument("--step", type=int, default=512, help="characters scored per window (paper: 512)")
     parser.add_argument("--batch-size", type=int, default=1, help="windows per forward pass")
-    parser.add_argument("--device", default="cuda" if __import__("torch").cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="device to run the model on")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
 
 
