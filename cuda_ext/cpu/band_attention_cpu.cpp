@@ -215,9 +215,15 @@ void scale_row(T* row, int64_t len, T mul) {
   for (int64_t c = 0; c < len; c += L) store(row + c, load<V>(row + c) * mul);
 }
 
-// One work item plus the padded head dim of its packed buffers.
+int64_t block_rows(int64_t span) {
+  return std::max<int64_t>(kRows, std::min<int64_t>(kMaxRows, kTileFloats / span / kRows * kRows));
+}
+
+// One work item plus the sizes of its packed buffers and query blocks.
 struct ItemView : ItemGeometry {
-  int64_t dp;
+  int64_t dp;        // head dim padded to kAlign
+  int64_t max_span;  // widest score tile (keys of the largest block), padded to kAlign
+  int64_t block;     // query rows per block
 };
 
 ItemView make_view(const BandProblem& p, int64_t item) {
@@ -225,7 +231,20 @@ ItemView make_view(const BandProblem& p, int64_t item) {
   static_cast<ItemGeometry&>(view) =
       item_geometry(item, p.dilation, p.head_offset, p.heads, p.seq_len, p.window, p.causal);
   view.dp = round_up(p.head_dim, kAlign);
+  view.max_span = round_up(kMaxRows + view.window + view.right, kAlign);
+  view.block = block_rows(view.max_span);
   return view;
+}
+
+// The block of queries [m0, m0 + rows): its score tile covers keys [lo, lo + span).
+struct Block {
+  int64_t rows, lo, span;
+};
+
+Block block_at(const ItemView& iv, int64_t m0, bool causal) {
+  const int64_t rows = std::min(iv.block, iv.n - m0);
+  const KeyRange kr = key_range(m0, m0 + rows, iv.window, causal, iv.n);
+  return Block{rows, kr.lo, round_up(kr.hi - kr.lo, kAlign)};
 }
 
 // Rows of a residue class, copied into a zero-padded (rows x dp) buffer, times `mul`.
@@ -246,10 +265,6 @@ void pack_cols(const ItemView& iv, Strided4<const T> src, int64_t count, int64_t
     const T* s = src.row(iv.batch, iv.head, iv.t(j));
     for (int64_t c = 0; c < head_dim; ++c) dst[c * ld + j] = s[c];
   }
-}
-
-int64_t block_rows(int64_t span) {
-  return std::max<int64_t>(kRows, std::min<int64_t>(kMaxRows, kTileFloats / span / kRows * kRows));
 }
 
 // Scores outside [c0, c1), or whose key is not ok, are excluded from the row.
@@ -299,8 +314,7 @@ struct Packed {  // one item's keys/values, zero-padded so tiles may overrun n
 template <typename T>
 void pack_item(const BandProblem& p, const ItemView& iv, Strided4<const T> k, Strided4<const T> v, bool rows_k,
                bool rows_v, bool cols_v, Packed<T>& pk) {
-  const int64_t span_max = iv.window + iv.right + kMaxRows + kAlign;  // widest tile beyond n
-  pk.ld = round_up(iv.n + span_max, kAlign);
+  pk.ld = round_up(iv.n + iv.max_span, kAlign);  // a tile starting at n - 1 still fits
   pk.cols_k.assign(iv.dp * pk.ld, T(0));
   pack_cols(iv, k, iv.n, p.head_dim, pk.ld, pk.cols_k.data());
   if (rows_k) {
@@ -330,28 +344,27 @@ void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const 
     const ItemView iv = make_view(p, item);
     if (iv.n == 0) continue;
     pack_item(p, iv, k, v, /*rows_k=*/false, /*rows_v=*/true, /*cols_v=*/false, pk);
-    const int64_t bq = block_rows(round_up(kMaxRows + iv.window + iv.right, kAlign));
+    const int64_t bq = iv.block;
     qb.assign(bq * iv.dp, T(0));
     ob.assign(bq * iv.dp, T(0));
     for (int64_t m0 = 0; m0 < iv.n; m0 += bq) {
-      const int64_t rows = std::min(bq, iv.n - m0);
-      const KeyRange kr = key_range(m0, m0 + rows, iv.window, p.causal, iv.n);
-      const int64_t span = round_up(kr.hi - kr.lo, kAlign);
+      const Block blk = block_at(iv, m0, p.causal);
+      const int64_t rows = blk.rows, span = blk.span, lo = blk.lo;
       tile.resize(bq * span);
       if (rows < bq) std::fill(qb.begin(), qb.end(), T(0));
       pack_rows(iv, q, m0, rows, p.head_dim, T(p.scale), qb.data());
 
-      gemm<T, false>(round_up(rows, kRows), span, iv.dp, qb.data(), iv.dp, 1, pk.cols_k.data() + kr.lo, pk.ld,
+      gemm<T, false>(round_up(rows, kRows), span, iv.dp, qb.data(), iv.dp, 1, pk.cols_k.data() + lo, pk.ld,
                      tile.data(), span);
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t m = m0 + i;
         const KeyRange own = key_range(m, m + 1, iv.window, p.causal, iv.n);
-        const T l = softmax_row<T>(tile.data() + i * span, span, own.lo - kr.lo, own.hi - kr.lo,
-                                   p.key_ok ? pk.ok.data() + kr.lo : nullptr);
+        const T l = softmax_row<T>(tile.data() + i * span, span, own.lo - lo, own.hi - lo,
+                                   p.key_ok ? pk.ok.data() + lo : nullptr);
         lse.at(iv.batch, iv.head, iv.t(m)) = l;
       }
       for (int64_t i = rows; i < round_up(rows, kRows); ++i) std::fill_n(tile.data() + i * span, span, T(0));
-      gemm<T, false>(round_up(rows, kRows), iv.dp, span, tile.data(), span, 1, pk.rows_v.data() + kr.lo * iv.dp,
+      gemm<T, false>(round_up(rows, kRows), iv.dp, span, tile.data(), span, 1, pk.rows_v.data() + lo * iv.dp,
                      iv.dp, ob.data(), iv.dp);
       for (int64_t i = 0; i < rows; ++i)
         std::memcpy(out.row(iv.batch, iv.head, iv.t(m0 + i)), ob.data() + i * iv.dp, p.head_dim * sizeof(T));
@@ -369,7 +382,7 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
     const ItemView iv = make_view(p, item);
     if (iv.n == 0) continue;
     pack_item(p, iv, k, v, /*rows_k=*/true, /*rows_v=*/false, /*cols_v=*/true, pk);
-    const int64_t bq = block_rows(round_up(kMaxRows + iv.window + iv.right, kAlign));
+    const int64_t bq = iv.block;
     qb.assign(bq * iv.dp, T(0));
     dob.assign(bq * iv.dp, T(0));
     dqb.assign(bq * iv.dp, T(0));
@@ -377,10 +390,9 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
     dv_acc.assign(pk.ld * iv.dp, T(0));
     const T scale = T(p.scale);
     for (int64_t m0 = 0; m0 < iv.n; m0 += bq) {
-      const int64_t rows = std::min(bq, iv.n - m0);
+      const Block blk = block_at(iv, m0, p.causal);
+      const int64_t rows = blk.rows, span = blk.span, lo = blk.lo;
       const int64_t rows_pad = round_up(rows, kRows);
-      const KeyRange kr = key_range(m0, m0 + rows, iv.window, p.causal, iv.n);
-      const int64_t span = round_up(kr.hi - kr.lo, kAlign);
       probs.resize(bq * span);  // fully written by the gemms below
       dscores.resize(bq * span);
       if (rows < bq) {  // last block: padding rows of the operands must be 0
@@ -391,15 +403,15 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
       pack_rows(iv, dout, m0, rows, p.head_dim, T(1), dob.data());
 
       // P from the saved lse; dP = dO V^T; dS = P * (dP - delta).
-      gemm<T, false>(rows_pad, span, iv.dp, qb.data(), iv.dp, 1, pk.cols_k.data() + kr.lo, pk.ld, probs.data(),
+      gemm<T, false>(rows_pad, span, iv.dp, qb.data(), iv.dp, 1, pk.cols_k.data() + lo, pk.ld, probs.data(),
                      span);
-      gemm<T, false>(rows_pad, span, iv.dp, dob.data(), iv.dp, 1, pk.cols_v.data() + kr.lo, pk.ld,
+      gemm<T, false>(rows_pad, span, iv.dp, dob.data(), iv.dp, 1, pk.cols_v.data() + lo, pk.ld,
                      dscores.data(), span);
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t m = m0 + i;
         const KeyRange own = key_range(m, m + 1, iv.window, p.causal, iv.n);
         T* pr = probs.data() + i * span;
-        probs_row<T>(pr, span, own.lo - kr.lo, own.hi - kr.lo, p.key_ok ? pk.ok.data() + kr.lo : nullptr,
+        probs_row<T>(pr, span, own.lo - lo, own.hi - lo, p.key_ok ? pk.ok.data() + lo : nullptr,
                      lse.at(iv.batch, iv.head, iv.t(m)));
         const T dl = delta.at(iv.batch, iv.head, iv.t(m));
         T* ds = dscores.data() + i * span;
@@ -410,16 +422,16 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
         std::fill_n(dscores.data() + i * span, span, T(0));
       }
       // dQ = scale * dS K; dK += dS^T (scale * Q); dV += P^T dO.
-      gemm<T, false>(rows_pad, iv.dp, span, dscores.data(), span, 1, pk.rows_k.data() + kr.lo * iv.dp, iv.dp,
+      gemm<T, false>(rows_pad, iv.dp, span, dscores.data(), span, 1, pk.rows_k.data() + lo * iv.dp, iv.dp,
                      dqb.data(), iv.dp);
       for (int64_t i = 0; i < rows; ++i) {
         T* o = dq.row(iv.batch, iv.head, iv.t(m0 + i));
         for (int64_t c = 0; c < p.head_dim; ++c) o[c] = dqb[i * iv.dp + c] * scale;
       }
       gemm<T, true>(span, iv.dp, rows_pad, dscores.data(), 1, span, qb.data(), iv.dp,
-                    dk_acc.data() + kr.lo * iv.dp, iv.dp);
+                    dk_acc.data() + lo * iv.dp, iv.dp);
       gemm<T, true>(span, iv.dp, rows_pad, probs.data(), 1, span, dob.data(), iv.dp,
-                    dv_acc.data() + kr.lo * iv.dp, iv.dp);
+                    dv_acc.data() + lo * iv.dp, iv.dp);
     }
     for (int64_t j = 0; j < iv.n; ++j) {
       std::memcpy(dk.row(iv.batch, iv.head, iv.t(j)), dk_acc.data() + j * iv.dp, p.head_dim * sizeof(T));
