@@ -151,6 +151,15 @@ def _ours(name: str, zip_name: str) -> set[str]:
     return outputs | {"dict.txt", MANIFEST, zip_name, zip_name + ".part"}
 
 
+def manifest_matches(out: Path, manifest: dict) -> dict | None:
+    """The manifest in ``out`` when it records exactly these inputs, else None."""
+    try:
+        previous = json.loads((out / MANIFEST).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return previous if {k: previous.get(k) for k in manifest} == manifest else None
+
+
 def already_prepared(out: Path, manifest: dict, zip_name: str, force: bool) -> bool:
     """True when ``out`` holds exactly this preparation; an error when it holds other files."""
     if not out.exists():
@@ -159,11 +168,7 @@ def already_prepared(out: Path, manifest: dict, zip_name: str, force: bool) -> b
     if foreign and not force:
         raise PrepError(f"--out: {out} holds files this command did not write ({', '.join(foreign[:5])}); "
                         f"choose another directory or pass --force")
-    try:
-        previous = json.loads((out / MANIFEST).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return False
-    return not force and {k: previous.get(k) for k in manifest} == manifest
+    return not force and manifest_matches(out, manifest) is not None
 
 
 def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing: bool = False,

@@ -10,12 +10,11 @@ phase exactly when the phases' longer context becomes usable.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from .char_corpus import MANIFEST, write_dataset
+from .char_corpus import manifest_matches, write_dataset
 
 ALPHABET = b"abcdefghijklmnopqrstuvwxyz "
 
@@ -32,12 +31,9 @@ def prepare_demo(out: Path, num_docs: int = 1200, period: int = 48, repeats: int
     out = Path(out)
     manifest = {"format": 1, "corpus": "demo", "num_docs": num_docs, "period": period, "repeats": repeats,
                 "seed": seed}
-    try:
-        previous = json.loads((out / MANIFEST).read_text())
-        if {k: previous.get(k) for k in manifest} == manifest:
-            return previous
-    except (FileNotFoundError, json.JSONDecodeError):
-        pass
+    previous = manifest_matches(out, manifest)
+    if previous is not None:
+        return previous
     data = generate(num_docs, period, repeats, seed)
     doc = period * repeats
     valid = test = (num_docs // 10) * doc

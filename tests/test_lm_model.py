@@ -80,6 +80,17 @@ def test_layer_windows_syntax():
     assert layer_windows("32:8192", 12)[0] == 32 and layer_windows("32:8192", 12)[-1] == 8192
     with pytest.raises(ValueError, match="attention windows"):
         layer_windows("1,2", 3)
+    with pytest.raises(ValueError, match="^attention windows: '0:8' needs 1 <= lo <= hi"):
+        layer_windows("0:8", 3)
+    with pytest.raises(ValueError, match="^attention dilations:"):
+        layer_windows("1,2", 3, "attention dilations")
+
+
+def test_relative_layer_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="^embed_dim:"):
+        RelativeBandSelfAttention(10, 3, 2)
+    with pytest.raises(ValueError, match="^dropout:"):
+        RelativeBandSelfAttention(12, 3, 2, dropout=1.5)
 
 
 def test_fairseq_model_dilation_pattern():

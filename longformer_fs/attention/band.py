@@ -60,6 +60,23 @@ def band_mask(
     return (offset % dilation == 0) & (offset >= -window * dilation) & (offset <= upper)
 
 
+def head_band_columns(
+    seq_len: int,
+    window: int,
+    dilations: tuple[int, ...],
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """``(H, T, T)`` long: the band column of key ``j`` for query ``i`` in head ``h``.
+
+    Vectorised :func:`band_column` for dense references; meaningful only where
+    :func:`head_band_mask` is True (elsewhere it is some value in ``[0, 2w]``).
+    """
+    pos = torch.arange(seq_len, device=device)
+    offset = pos[None, :] - pos[:, None]  # key - query
+    dil = torch.tensor(dilations, device=device)[:, None, None]
+    return (torch.div(offset, dil, rounding_mode="floor") + window).clamp(0, 2 * window)
+
+
 def head_band_mask(
     seq_len: int,
     window: int,

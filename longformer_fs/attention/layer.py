@@ -26,7 +26,7 @@ from .dense import masked_attention
 from .functional import band_attention_with_lse
 from .softmax import merge_attention
 from .spec import BandSpec
-from .validation import check_dilation, check_mask, check_window
+from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
 
 
 def global_token_index(global_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,22 +71,14 @@ class LongformerSelfAttention(nn.Module):
         backend: str = "auto",
     ):
         super().__init__()
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"num_heads: expected an int >= 1, got {num_heads!r}")
-        if not isinstance(embed_dim, int) or embed_dim < 1 or embed_dim % num_heads:
-            raise ValueError(
-                f"embed_dim: {embed_dim!r} is not divisible by num_heads={num_heads}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+        self.head_dim = check_heads(embed_dim, num_heads)
+        self.dropout = check_dropout(dropout)
         get_backend(backend)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
         self.window = check_window(window)
         self.dilations = check_dilation(dilation, num_heads)
         self.causal = bool(causal)
-        self.dropout = dropout
         self.backend = backend
         self.scale = self.head_dim**-0.5
 

@@ -19,7 +19,7 @@ import torch.nn as nn
 from .functional import band_attention_with_lse
 from .relative import band_distances, sinusoid
 from .spec import BandSpec, PositionTerm
-from .validation import check_dilation, check_mask, check_window
+from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
 
 
 class RelativeBandSelfAttention(nn.Module):
@@ -38,12 +38,11 @@ class RelativeBandSelfAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, window: int, dilation: int | Sequence[int] = 1,
                  causal: bool = True, dropout: float = 0.0, backend: str = "auto"):
         super().__init__()
-        if num_heads < 1 or embed_dim % num_heads:
-            raise ValueError(f"embed_dim: {embed_dim} is not divisible by num_heads={num_heads}")
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.head_dim = check_heads(embed_dim, num_heads)
+        self.embed_dim, self.num_heads = embed_dim, num_heads
         self.window = check_window(window)
         self.dilations = check_dilation(dilation, num_heads)
-        self.causal, self.dropout, self.backend = bool(causal), dropout, backend
+        self.causal, self.dropout, self.backend = bool(causal), check_dropout(dropout), backend
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
         self.pos_proj = nn.Linear(embed_dim, embed_dim, bias=False)  # W_R
         self.out_proj = nn.Linear(embed_dim, embed_dim)

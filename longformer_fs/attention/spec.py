@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .band import band_width
+
 
 @dataclass(frozen=True)
 class BandSpec:
@@ -56,6 +58,5 @@ class PositionTerm:
 
     def columns(self, window: int, effective: int, causal: bool) -> torch.Tensor:
         """The table for an effective (clamped) window: its columns are the middle ones."""
-        width = effective + 1 if causal else 2 * effective + 1
         start = window - effective
-        return self.table[:, start:start + width]
+        return self.table[:, start:start + band_width(effective, causal)]

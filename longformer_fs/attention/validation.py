@@ -41,6 +41,21 @@ def check_dilation(dilation, num_heads: int) -> tuple[int, ...]:
     return tuple(int(d) for d in values)
 
 
+def check_heads(embed_dim, num_heads) -> int:
+    """``embed_dim`` split over ``num_heads``; returns the head dimension."""
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads: expected an int >= 1, got {num_heads!r}")
+    if isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1 or embed_dim % num_heads:
+        raise ValueError(f"embed_dim: {embed_dim!r} is not divisible by num_heads={num_heads}")
+    return embed_dim // num_heads
+
+
+def check_dropout(dropout) -> float:
+    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+    return float(dropout)
+
+
 def check_scale(scale, head_dim: int) -> float:
     if scale is None:
         return head_dim**-0.5

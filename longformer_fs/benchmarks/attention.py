@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from longformer_fs.attention import available_backends, banded_attention
+from longformer_fs.attention.band import band_mask
 
 from .measure import median_time, peak_memory_bytes
 
@@ -117,13 +118,6 @@ def band_pairs(seq_len: int, window: int, dilation: int, causal: bool) -> int:
     return total
 
 
-def _band_mask(case: Case, device) -> torch.Tensor:
-    pos = torch.arange(case.seq_len, device=device)
-    off = pos[None, :] - pos[:, None]
-    upper = 0 if case.causal else case.window * case.dilation
-    return (off % case.dilation == 0) & (off >= -case.window * case.dilation) & (off <= upper)
-
-
 _FLEX_CACHE: dict = {}
 
 
@@ -154,7 +148,7 @@ def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
     if impl == "sdpa":
         return lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=case.causal)
     if impl == "sdpa-band":
-        mask = _band_mask(case, q.device)
+        mask = band_mask(case.seq_len, case.window, case.dilation, case.causal, q.device)
         return lambda: F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
     if impl == "flex":
         return _flex_call(case, qh, kh, vh)

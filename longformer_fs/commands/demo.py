@@ -76,20 +76,9 @@ def run_phase(phase: int, updates: int, data: Path, ckpt: Path, log: Path) -> li
 
 
 def evaluate(checkpoint: Path, data: Path, window: int, step: int) -> dict:
-    import torch
+    from longformer_fs.commands.eval_bpc import score_checkpoint
 
-    from longformer_fs.commands.eval_bpc import load, read_split
-    from longformer_fs.evaluation.sliding_window import sliding_window_bpc
-
-    model, task = load(checkpoint, data, "cpu")
-    chars = read_split(task, data, "test")
-
-    def log_probs(inputs):
-        with torch.no_grad():
-            return torch.log_softmax(model(inputs)[0].float(), dim=-1)
-
-    result = sliding_window_bpc(log_probs, chars, task.source_dictionary.eos(), window, step, batch_size=16)
-    assert result.scored == len(chars), "every test character must be scored exactly once"
+    result, _ = score_checkpoint(checkpoint, data, "test", window, step, batch_size=16, device="cpu")
     return {"test_bpc": result.bpc, "scored": result.scored}
 
 

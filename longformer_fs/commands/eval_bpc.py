@@ -45,29 +45,38 @@ def read_split(task, data: Path, split: str):
     return torch.cat([dataset[i] for i in range(len(dataset))]).long()
 
 
-def main(args: argparse.Namespace) -> int:
+def score_checkpoint(checkpoint: Path, data: Path, split: str, window: int, step: int, batch_size: int,
+                     device: str, progress=lambda it: it):
+    """The protocol on one split; returns the result and the split's length (checked equal)."""
     import torch
-    from tqdm import tqdm
 
     from longformer_fs.evaluation.sliding_window import sliding_window_bpc
 
-    model, task = load(args.checkpoint, args.data, args.device)
-    chars = read_split(task, args.data, args.split)
+    model, task = load(checkpoint, data, device)
+    chars = read_split(task, data, split)
 
     def log_probs(inputs):
         with torch.no_grad():
-            logits = model(inputs.to(args.device))[0]
+            logits = model(inputs.to(device))[0]
         return torch.log_softmax(logits.float(), dim=-1).cpu()
 
-    result = sliding_window_bpc(log_probs, chars, task.source_dictionary.eos(), args.window, args.step,
-                                args.batch_size, lambda it: tqdm(list(it), desc="eval-bpc", unit="batch"))
+    result = sliding_window_bpc(log_probs, chars, task.source_dictionary.eos(), window, step, batch_size, progress)
     if result.scored != len(chars):
         raise RuntimeError(f"scored {result.scored} characters of {len(chars)}: the protocol is broken")
+    return result, len(chars)
+
+
+def main(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    result, n_chars = score_checkpoint(args.checkpoint, args.data, args.split, args.window, args.step,
+                                       args.batch_size, args.device,
+                                       lambda it: tqdm(list(it), desc="eval-bpc", unit="batch"))
     summary = {"checkpoint": str(args.checkpoint), "split": args.split, "bpc": result.bpc,
-               "scored": result.scored, "split_chars": len(chars), "windows": result.windows,
+               "scored": result.scored, "split_chars": n_chars, "windows": result.windows,
                "window": args.window, "step": args.step}
     print(f"{args.split} BPC {result.bpc:.4f} over {result.scored:,} characters "
-          f"(= the split's {len(chars):,}; {result.windows} windows of {args.window}, step {args.step})")
+          f"(= the split's {n_chars:,}; {result.windows} windows of {args.window}, step {args.step})")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
     return 0

@@ -44,7 +44,7 @@ class LongformerLMConfig(FairseqDataclass):
 def dilation_pattern(cfg) -> tuple[tuple[int, ...], ...]:
     """Per-layer, per-head dilations: the last ``dilated_heads`` heads get the layer's d."""
     layers, heads = cfg.decoder_layers, cfg.decoder_attention_heads
-    values = layer_windows(cfg.attention_dilations, layers)  # same list syntax
+    values = layer_windows(cfg.attention_dilations, layers, "attention dilations")  # same list syntax
     if not 0 <= cfg.dilated_heads <= heads or min(values) < 1:
         raise ValueError(f"--dilated-heads must be in [0, {heads}] and dilations >= 1")
     return tuple((1,) * (heads - cfg.dilated_heads) + (d,) * cfg.dilated_heads for d in values)

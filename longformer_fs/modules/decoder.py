@@ -91,12 +91,17 @@ class LongformerDecoder(nn.Module):
         return F.linear(x, self.embed.weight), states
 
 
-def layer_windows(spec: str | Sequence[int], num_layers: int) -> tuple[int, ...]:
-    """One-sided windows per layer from "w", "w0,w1,..." or "w_bottom:w_top" (geometric)."""
+def layer_windows(spec: str | Sequence[int], num_layers: int, name: str = "attention windows") -> tuple[int, ...]:
+    """One value per layer from "w", "w0,w1,..." or "w_bottom:w_top" (geometric).
+
+    Used for windows and for dilations; ``name`` is the setting named in errors.
+    """
     if not isinstance(spec, str):
         values = [int(x) for x in spec]
     elif ":" in spec:
         lo, hi = (int(x) for x in spec.split(":"))
+        if lo < 1 or hi < lo:
+            raise ValueError(f"{name}: {spec!r} needs 1 <= lo <= hi for a geometric lo:hi range")
         if num_layers == 1:
             values = [lo]
         else:  # bottom to top, evenly spaced in log scale, as the paper's growing windows
@@ -107,5 +112,5 @@ def layer_windows(spec: str | Sequence[int], num_layers: int) -> tuple[int, ...]
     if len(values) == 1:
         values = values * num_layers
     if len(values) != num_layers or min(values) < 0:
-        raise ValueError(f"attention windows: {spec!r} does not give {num_layers} windows >= 0")
+        raise ValueError(f"{name}: {spec!r} does not give {num_layers} values >= 0")
     return tuple(values)

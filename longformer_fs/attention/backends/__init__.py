@@ -2,7 +2,7 @@
 
 Every backend implements the same internal contract, in heads-first layout::
 
-    fn(q, k, v, key_mask, spec: BandSpec[, position: PositionTerm]) -> (out, lse)
+    fn(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None) -> (out, lse)
 
 - ``q, k, v``: ``(B, H, T, D)``, any floating dtype; the backend computes in
   :func:`~longformer_fs.attention.dense.compute_dtype` (fp32 at least).

@@ -74,7 +74,7 @@ def kernel_band_attention(
     position=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
-    if not supports(spec) or position is not None:
+    if not supports(spec):  # band_attention_with_lse ties position to spec.relative
         raise ValueError("backend: 'kernel' has no attention dropout or relative-position term yet; "
                          "use backend='auto' or 'chunks'")
     key_ok = None if key_mask is None else ~key_mask

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..band import head_band_mask
+from ..band import head_band_columns, head_band_mask
 from ..dense import compute_dtype, masked_attention
 from ..spec import BandSpec, PositionTerm
 
@@ -12,12 +12,9 @@ from ..spec import BandSpec, PositionTerm
 def dense_position_scores(position: PositionTerm, spec: BandSpec, seq_len: int) -> torch.Tensor:
     """The relative-position term as a dense ``(B, H, T, T)`` tensor (0 off the band)."""
     per_column = torch.einsum("bhid,hcd->bhic", position.query, position.table)  # (B, H, T, W)
-    pos = torch.arange(seq_len, device=per_column.device)
-    offset = pos[None, :] - pos[:, None]  # key - query
-    dil = torch.tensor(spec.dilations, device=per_column.device)[:, None, None]
-    column = torch.div(offset, dil, rounding_mode="floor") + spec.window  # (H, T, T)
-    column = column.clamp(0, per_column.shape[-1] - 1).expand(per_column.shape[0], -1, -1, -1)
-    return per_column.gather(-1, column)
+    column = head_band_columns(seq_len, spec.window, spec.dilations, per_column.device)
+    column = column.clamp(max=per_column.shape[-1] - 1)  # causal tables stop at column w
+    return per_column.gather(-1, column.expand(per_column.shape[0], -1, -1, -1))
 
 
 def reference_band_attention(
