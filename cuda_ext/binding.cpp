@@ -69,6 +69,28 @@ Prepared prepare(const Tensor& q, const c10::optional<Tensor>& key_ok, const std
   return p;
 }
 
+// The optional relative-position term: pos_query (B, H, T, D) like q, table (H, W, D)
+// with W = band_width(window, causal), both given or neither. Returns whether it is on.
+bool check_position(const Tensor& q, const c10::optional<Tensor>& pos_query, const c10::optional<Tensor>& table,
+                    int64_t window, bool causal) {
+  const bool has_query = pos_query.has_value() && pos_query->defined();
+  const bool has_table = table.has_value() && table->defined();
+  TORCH_CHECK_VALUE(has_query == has_table, "position: give pos_query and table together");
+  if (!has_query) return false;
+  TORCH_CHECK_VALUE(pos_query->sizes() == q.sizes(), "pos_query: shape ", pos_query->sizes(),
+                    " does not match q's ", q.sizes());
+  const int64_t width = lfs::band_width(window, causal);
+  TORCH_CHECK_VALUE(table->dim() == 3 && table->size(0) == q.size(1) && table->size(1) == width &&
+                        table->size(2) == q.size(3),
+                    "table: expected shape (H, W, D) = (", q.size(1), ", ", width, ", ", q.size(3), "), got ",
+                    table->sizes());
+  for (const auto& [name, x] : {std::pair{"pos_query", *pos_query}, {"table", *table}})
+    TORCH_CHECK_VALUE(x.device() == q.device(), name, ": is on ", x.device(), " but q is on ", q.device());
+  TORCH_CHECK(!q.is_cuda(), "band kernels: the relative-position term has no CUDA kernel yet; "
+              "use backend='chunks' on GPU");
+  return true;
+}
+
 // Kernels need a unit stride on D; anything else is copied once.
 Tensor unit_last(const Tensor& x) { return x.stride(-1) == 1 ? x : x.contiguous(); }
 
@@ -87,6 +109,12 @@ lfs::Strided4<T> s4(const Tensor& x) {
 template <typename T>
 lfs::Strided3<T> s3(const Tensor& x) {
   return {x.data_ptr<std::remove_const_t<T>>(), x.stride(0), x.stride(1), x.stride(2)};
+}
+
+template <typename T>
+lfs::PositionTerm<T> position(const Tensor& pos_query, const Tensor& table) {
+  if (!pos_query.defined()) return {{nullptr, 0, 0, 0}, nullptr};
+  return {s4<const T>(pos_query), table.data_ptr<T>()};
 }
 
 at::ScalarType compute_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
@@ -108,9 +136,10 @@ void check_cuda(int err, const char* what) {
 
 std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok,
                             std::vector<int64_t> dilation, int64_t window, bool causal, double scale,
-                            int64_t stream) {
+                            c10::optional<Tensor> pos_query, c10::optional<Tensor> table, int64_t stream) {
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
+  const bool relative = check_position(q, pos_query, table, window, causal);
   const auto ct = compute_type(q.scalar_type());
   auto opts = q.options().dtype(ct);
   Tensor out = torch::empty(q.sizes(), opts);
@@ -135,20 +164,25 @@ std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> 
   TORCH_CHECK_VALUE(q.device().is_cpu(), "q: unsupported device ", q.device());
   // CPU computes in fp32/fp64: half inputs are widened once here.
   q = unit_last(q.to(ct)), k = unit_last(k.to(ct)), v = unit_last(v.to(ct));
+  Tensor pq = relative ? unit_last(pos_query->to(ct)) : Tensor();
+  Tensor tab = relative ? table->to(ct).contiguous() : Tensor();
   AT_DISPATCH_FLOATING_TYPES(ct, "band_forward_cpu", [&] {
+    const auto pos = position<scalar_t>(pq, tab);
     at::parallel_for(0, prep.problem.num_items(), 1, [&](int64_t begin, int64_t end) {
       lfs::band_forward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k),
-                                      s4<const scalar_t>(v), s4<scalar_t>(out), s3<scalar_t>(lse), begin, end);
+                                      s4<const scalar_t>(v), pos, s4<scalar_t>(out), s3<scalar_t>(lse), begin, end);
     });
   });
   return {out, lse};
 }
 
 std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok,
-                             std::vector<int64_t> dilation, int64_t window, bool causal, double scale, Tensor out,
-                             Tensor lse, Tensor dout, c10::optional<Tensor> dlse, int64_t stream) {
+                             std::vector<int64_t> dilation, int64_t window, bool causal, double scale,
+                             c10::optional<Tensor> pos_query, c10::optional<Tensor> table, Tensor out, Tensor lse,
+                             Tensor dout, c10::optional<Tensor> dlse, int64_t stream) {
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
+  const bool relative = check_position(q, pos_query, table, window, causal);
   const auto ct = compute_type(q.scalar_type());
   // delta = rowsum(dO * O) - dL turns the softmax backward into dS = P * (dP - delta).
   Tensor delta = (dout.to(ct) * out.to(ct)).sum(-1);
@@ -156,7 +190,12 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
   lse = lse.to(ct).contiguous(), delta = delta.contiguous();
   auto opts = q.options().dtype(ct);
   Tensor dq = torch::empty(q.sizes(), opts), dk = torch::empty(q.sizes(), opts), dv = torch::empty(q.sizes(), opts);
-  if (q.numel() == 0) return {dq, dk, dv};
+  // Items of one head run on several threads and all add to its table rows: each thread
+  // gets its own dtable slice (no atomics), summed at the end.
+  Tensor dpq = relative ? torch::empty(q.sizes(), opts) : Tensor();
+  Tensor dtab = relative ? torch::zeros({at::get_num_threads(), table->size(0), table->size(1), table->size(2)}, opts)
+                         : Tensor();
+  if (q.numel() == 0) return {dq, dk, dv, dpq, relative ? dtab.sum(0) : Tensor()};
 
   if (q.is_cuda()) {
 #ifdef LFS_WITH_CUDA
@@ -171,21 +210,26 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
                                        delta.data_ptr(), stat_strides, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                        grad_strides, reinterpret_cast<void*>(stream)),
                "backward");
-    return {dq, dk, dv};
+    return {dq, dk, dv, Tensor(), Tensor()};
 #else
     TORCH_CHECK(false, "band kernels: this build has no CUDA support; reinstall with a CUDA-enabled torch");
 #endif
   }
   q = unit_last(q.to(ct)), k = unit_last(k.to(ct)), v = unit_last(v.to(ct)), dout = unit_last(dout.to(ct));
+  Tensor pq = relative ? unit_last(pos_query->to(ct)) : Tensor();
+  Tensor tab = relative ? table->to(ct).contiguous() : Tensor();
   AT_DISPATCH_FLOATING_TYPES(ct, "band_backward_cpu", [&] {
+    const auto pos = position<scalar_t>(pq, tab);
     at::parallel_for(0, prep.problem.num_items(), 1, [&](int64_t begin, int64_t end) {
+      lfs::PositionGrads<scalar_t> dpos{{nullptr, 0, 0, 0}, nullptr};
+      if (relative) dpos = {s4<scalar_t>(dpq), dtab[at::get_thread_num()].data_ptr<scalar_t>()};
       lfs::band_backward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k),
-                                       s4<const scalar_t>(v), s4<const scalar_t>(dout), s3<const scalar_t>(lse),
-                                       s3<const scalar_t>(delta), s4<scalar_t>(dq), s4<scalar_t>(dk),
-                                       s4<scalar_t>(dv), begin, end);
+                                       s4<const scalar_t>(v), pos, s4<const scalar_t>(dout),
+                                       s3<const scalar_t>(lse), s3<const scalar_t>(delta), s4<scalar_t>(dq),
+                                       s4<scalar_t>(dk), s4<scalar_t>(dv), dpos, begin, end);
     });
   });
-  return {dq, dk, dv};
+  return {dq, dk, dv, dpq, relative ? dtab.sum(0) : Tensor()};
 }
 
 // Exposed for tests: the header's index math, so Python can compare it with band.py.
@@ -209,8 +253,10 @@ bool has_cuda() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Band-attention kernels (CPU, and CUDA when built with it).";
-  m.def("forward", &forward, "band attention forward -> (out, lse); stream: CUDA stream handle or 0");
-  m.def("backward", &backward, "band attention backward -> (dq, dk, dv); stream: CUDA stream handle or 0");
+  m.def("forward", &forward, "band attention forward -> (out, lse); pos_query/table: optional relative-position term; "
+        "stream: CUDA stream handle or 0");
+  m.def("backward", &backward, "band attention backward -> (dq, dk, dv, dpos_query, dtable); the last two are None without "
+        "a position term; stream: CUDA stream handle or 0");
   m.def("index_probe", &index_probe, "band_index.h values, for tests");
   m.def("has_cuda", &has_cuda, "whether this build includes the CUDA kernels");
 }

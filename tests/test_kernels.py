@@ -181,16 +181,28 @@ def test_auto_uses_kernel_but_not_for_dropout():
 def test_binding_rejects_bad_input(make, match):
     q, k, v = make()
     with pytest.raises(ValueError, match=match):
-        ext().forward(q, k, v, None, [1] * q.shape[1] if q.dim() == 4 else [1], 2, False, 0.5, 0)
+        ext().forward(q, k, v, None, [1] * q.shape[1] if q.dim() == 4 else [1], 2, False, 0.5, None, None, 0)
 
 
 @needs_kernel
 def test_binding_rejects_bad_mask_and_dilation():
     q = torch.randn(1, 2, 5, 4)
     with pytest.raises(ValueError, match="key_ok"):
-        ext().forward(q, q, q, torch.ones(1, 4, dtype=torch.bool), [1, 1], 2, False, 0.5, 0)
+        ext().forward(q, q, q, torch.ones(1, 4, dtype=torch.bool), [1, 1], 2, False, 0.5, None, None, 0)
     with pytest.raises(ValueError, match="dilation"):
-        ext().forward(q, q, q, None, [1], 2, False, 0.5, 0)
+        ext().forward(q, q, q, None, [1], 2, False, 0.5, None, None, 0)
+
+
+@needs_kernel
+def test_binding_rejects_bad_position_term():
+    q = torch.randn(1, 2, 5, 4)
+    table = torch.randn(2, 3, 4)  # causal w=2: W = 3
+    with pytest.raises(ValueError, match="together"):
+        ext().forward(q, q, q, None, [1, 1], 2, True, 0.5, q, None, 0)
+    with pytest.raises(ValueError, match=r"table: expected shape \(H, W, D\) = \(2, 5, 4\)"):
+        ext().forward(q, q, q, None, [1, 1], 2, False, 0.5, q, table, 0)  # bidirectional needs W = 5
+    with pytest.raises(ValueError, match="pos_query: shape"):
+        ext().forward(q, q, q, None, [1, 1], 2, True, 0.5, q[:, :, :4], table, 0)
 
 
 # ------------------------------------------------------------------ GPU

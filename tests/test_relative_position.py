@@ -12,7 +12,7 @@ from longformer_fs.attention.spec import BandSpec, PositionTerm
 H, D = 3, 4
 
 
-@pytest.mark.parametrize("backend", ["reference", "chunks"])  # the kernels have no position term yet
+@pytest.mark.parametrize("backend", ["reference", "chunks", "kernel"])
 @pytest.mark.parametrize(
     "seq_len,window,dilations,causal",
     [(17, 3, (1, 1, 1), True), (17, 2, (1, 2, 3), False), (19, 4, (2, 1, 3), True),
@@ -43,11 +43,12 @@ def test_position_term_matches_oracle(backend, seq_len, window, dilations, causa
         torch.testing.assert_close(a.grad, b.grad, atol=1e-10, rtol=1e-10, msg=name)
 
 
-def test_auto_routes_position_term_away_from_kernel():
+def test_auto_routes_position_term_to_cpu_kernel_only():
     from longformer_fs.attention.backends import get_backend
 
     spec = BandSpec(2, (1,), True, 1.0, relative=True)
-    assert get_backend("auto", spec).name == "chunks"
+    assert get_backend("auto", spec, torch.device("cpu")).name == "kernel"
+    assert get_backend("auto", spec, torch.device("cuda")).name == "chunks"  # no CUDA position term yet
     q = torch.randn(1, 1, 5, 2)
     with pytest.raises(ValueError, match="position"):
         band_attention_with_lse(q, q, q, None, spec)  # relative spec without a term
@@ -63,3 +64,27 @@ def test_band_distances_and_sinusoid():
     torch.testing.assert_close(emb[..., :4] ** 2 + emb[..., 4:] ** 2, torch.ones(2, 5, 4))
     with pytest.raises(ValueError, match="^dim"):
         sinusoid(dist, 5)
+
+
+@pytest.mark.parametrize("window,dilations,causal", [(40, (1, 2, 3), True), (23, (2, 1, 1), False), (300, (1, 1, 2), True)])
+def test_kernel_position_term_fp32_many_blocks(window, dilations, causal):
+    """fp32 kernel vs the float64 oracle on a sequence of several query blocks per item,
+    where blocks start mid-table (c0 > 0), and with w >= T (the clamped table)."""
+    seq_len, dim = 260, 16
+    gen = torch.Generator().manual_seed(window)
+    q, k, v, pq = (torch.randn(1, seq_len, H, dim, generator=gen, dtype=torch.float64) for _ in range(4))
+    table = torch.randn(H, band.band_width(window, causal), dim, generator=gen, dtype=torch.float64)
+    leaves = [x.float().requires_grad_() for x in (q, k, v, pq, table)]
+    spec = BandSpec(window, dilations, causal, dim**-0.5, relative=True)
+    heads_first = [x.transpose(1, 2) for x in leaves[:4]]
+    out, _ = band_attention_with_lse(*heads_first[:3], None, spec, "kernel", PositionTerm(heads_first[3], leaves[4]))
+    oracle_leaves = [x.clone().requires_grad_() for x in (q, k, v, pq, table)]
+    expected = oracle_attention(*oracle_leaves[:3], window, dilations, causal,
+                                pos_query=oracle_leaves[3], pos_table=oracle_leaves[4])
+    torch.testing.assert_close(out.transpose(1, 2).double(), expected, atol=1e-5, rtol=1e-5)
+
+    weight = torch.randn(out.transpose(1, 2).shape, generator=gen, dtype=torch.float64)
+    (out.transpose(1, 2) * weight.float()).sum().backward()
+    (expected * weight).sum().backward()
+    for name, a, b in zip(("q", "k", "v", "pos_query", "table"), leaves, oracle_leaves):
+        torch.testing.assert_close(a.grad.double(), b.grad, atol=1e-4, rtol=1e-4, msg=name)

@@ -236,15 +236,19 @@ ItemView make_view(const BandProblem& p, int64_t item) {
   return view;
 }
 
-// The block of queries [m0, m0 + rows): its score tile covers keys [lo, lo + span).
+// The block of queries [m0, m0 + rows): its score tile covers keys [lo, lo + span), of
+// which [lo, hi) exist; its rows reach band columns [c0, c0 + cols) (cols padded).
 struct Block {
-  int64_t rows, lo, span;
+  int64_t m0, rows, lo, hi, span, c0, cols;
 };
 
 Block block_at(const ItemView& iv, int64_t m0, bool causal) {
   const int64_t rows = std::min(iv.block, iv.n - m0);
   const KeyRange kr = key_range(m0, m0 + rows, iv.window, causal, iv.n);
-  return Block{rows, kr.lo, round_up(kr.hi - kr.lo, kAlign)};
+  // Column of key j for query m is j - m + window: extremes at (lo, last row) and (hi - 1, m0).
+  const int64_t c0 = std::max<int64_t>(0, kr.lo - (m0 + rows - 1) + iv.window);
+  const int64_t c1 = std::min(band_width(iv.window, causal), kr.hi - m0 + iv.window);
+  return Block{m0, rows, kr.lo, kr.hi, round_up(kr.hi - kr.lo, kAlign), c0, round_up(c1 - c0, kAlign)};
 }
 
 // Rows of a residue class, copied into a zero-padded (rows x dp) buffer, times `mul`.
@@ -264,6 +268,57 @@ void pack_cols(const ItemView& iv, Strided4<const T> src, int64_t count, int64_t
   for (int64_t j = 0; j < count; ++j) {
     const T* s = src.row(iv.batch, iv.head, iv.t(j));
     for (int64_t c = 0; c < head_dim; ++c) dst[c * ld + j] = s[c];
+  }
+}
+
+// The relative-position table of one item: rows [start, start + width) of its head's
+// (W, D) table, start = window - item window (a clamped window uses the middle columns),
+// zero-padded so a block's padded column range never reads past it.
+template <typename T>
+struct PackedTable {
+  int64_t width = 0, ld = 0;
+  std::vector<T> cols, rows;  // (dp x ld) and (ld x dp)
+};
+
+template <typename T>
+void pack_table(const BandProblem& p, const ItemView& iv, const T* table, PackedTable<T>& pt) {
+  const int64_t full = band_width(p.window, p.causal), start = p.window - iv.window;
+  pt.width = band_width(iv.window, p.causal);
+  pt.ld = round_up(pt.width, kAlign) + kAlign;
+  pt.cols.assign(iv.dp * pt.ld, T(0));
+  pt.rows.assign(pt.ld * iv.dp, T(0));
+  for (int64_t c = 0; c < pt.width; ++c) {
+    const T* src = table + (iv.head * full + start + c) * p.head_dim;
+    for (int64_t x = 0; x < p.head_dim; ++x) pt.cols[x * pt.ld + c] = pt.rows[c * iv.dp + x] = src[x];
+  }
+}
+
+// Offset from a tile column (key lo + jj) to the block's column buffer for query m:
+// band column jj + lo - m + window, minus the block's first column c0.
+inline int64_t skew(const ItemView& iv, const Block& blk, int64_t m) { return blk.lo - m + iv.window - blk.c0; }
+
+// tile[i][jj] += band[i][jj + skew] over each row's own keys (position scores into the tile).
+template <typename T>
+void add_band_to_tile(const ItemView& iv, const Block& blk, bool causal, const T* band, T* tile) {
+  for (int64_t i = 0; i < blk.rows; ++i) {
+    const int64_t m = blk.m0 + i, s = skew(iv, blk, m);
+    const KeyRange own = key_range(m, m + 1, iv.window, causal, iv.n);
+    T* row = tile + i * blk.span;
+    const T* b = band + i * blk.cols + s;
+    for (int64_t jj = own.lo - blk.lo; jj < own.hi - blk.lo; ++jj) row[jj] += b[jj];
+  }
+}
+
+// band[i][jj + skew] = tile[i][jj] over each row's own keys, 0 elsewhere (dS into band layout).
+template <typename T>
+void tile_to_band(const ItemView& iv, const Block& blk, bool causal, const T* tile, int64_t rows_pad, T* band) {
+  std::fill_n(band, rows_pad * blk.cols, T(0));
+  for (int64_t i = 0; i < blk.rows; ++i) {
+    const int64_t m = blk.m0 + i, s = skew(iv, blk, m);
+    const KeyRange own = key_range(m, m + 1, iv.window, causal, iv.n);
+    const T* row = tile + i * blk.span;
+    T* b = band + i * blk.cols + s;
+    for (int64_t jj = own.lo - blk.lo; jj < own.hi - blk.lo; ++jj) b[jj] = row[jj];
   }
 }
 
@@ -333,29 +388,47 @@ void pack_item(const BandProblem& p, const ItemView& iv, Strided4<const T> k, St
   for (int64_t j = 0; j < iv.n; ++j) pk.ok[j] = p.key_ok ? p.key_ok[iv.batch * p.seq_len + iv.t(j)] : 1;
 }
 
+// Scores of one block: tile = (scale q) k^T over its keys, plus the position term when
+// `tab` is given (pqb then holds scale * position-query rows; band is scratch).
+template <typename T>
+void block_scores(const ItemView& iv, const Block& blk, int64_t rows_pad, bool causal, const T* qb,
+                  const Packed<T>& pk, const PackedTable<T>* tab, const T* pqb, std::vector<T>& band, T* tile) {
+  gemm<T, false>(rows_pad, blk.span, iv.dp, qb, iv.dp, 1, pk.cols_k.data() + blk.lo, pk.ld, tile, blk.span);
+  if (!tab) return;
+  band.resize(rows_pad * blk.cols);
+  gemm<T, false>(rows_pad, blk.cols, iv.dp, pqb, iv.dp, 1, tab->cols.data() + blk.c0, tab->ld, band.data(),
+                 blk.cols);
+  add_band_to_tile(iv, blk, causal, band.data(), tile);
+}
+
 }  // namespace
 
 template <typename T>
 void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const T> k, Strided4<const T> v,
-                      Strided4<T> out, Strided3<T> lse, int64_t item_begin, int64_t item_end) {
+                      PositionTerm<T> pos, Strided4<T> out, Strided3<T> lse, int64_t item_begin, int64_t item_end) {
   Packed<T> pk;
-  std::vector<T> qb, tile, ob;
+  PackedTable<T> tab;
+  std::vector<T> qb, pqb, tile, band, ob;
+  const T scale = T(p.scale);
   for (int64_t item = item_begin; item < item_end; ++item) {
     const ItemView iv = make_view(p, item);
     if (iv.n == 0) continue;
     pack_item(p, iv, k, v, /*rows_k=*/false, /*rows_v=*/true, /*cols_v=*/false, pk);
+    if (pos.enabled()) pack_table(p, iv, pos.table, tab);
     const int64_t bq = iv.block;
     qb.assign(bq * iv.dp, T(0));
+    pqb.assign(pos.enabled() ? bq * iv.dp : 0, T(0));
     ob.assign(bq * iv.dp, T(0));
     for (int64_t m0 = 0; m0 < iv.n; m0 += bq) {
       const Block blk = block_at(iv, m0, p.causal);
-      const int64_t rows = blk.rows, span = blk.span, lo = blk.lo;
+      const int64_t rows = blk.rows, span = blk.span, lo = blk.lo, rows_pad = round_up(rows, kRows);
       tile.resize(bq * span);
-      if (rows < bq) std::fill(qb.begin(), qb.end(), T(0));
-      pack_rows(iv, q, m0, rows, p.head_dim, T(p.scale), qb.data());
+      if (rows < bq) std::fill(qb.begin(), qb.end(), T(0)), std::fill(pqb.begin(), pqb.end(), T(0));
+      pack_rows(iv, q, m0, rows, p.head_dim, scale, qb.data());
+      if (pos.enabled()) pack_rows(iv, pos.query, m0, rows, p.head_dim, scale, pqb.data());
 
-      gemm<T, false>(round_up(rows, kRows), span, iv.dp, qb.data(), iv.dp, 1, pk.cols_k.data() + lo, pk.ld,
-                     tile.data(), span);
+      block_scores(iv, blk, rows_pad, p.causal, qb.data(), pk, pos.enabled() ? &tab : nullptr, pqb.data(), band,
+                   tile.data());
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t m = m0 + i;
         const KeyRange own = key_range(m, m + 1, iv.window, p.causal, iv.n);
@@ -363,9 +436,9 @@ void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const 
                                    p.key_ok ? pk.ok.data() + lo : nullptr);
         lse.at(iv.batch, iv.head, iv.t(m)) = l;
       }
-      for (int64_t i = rows; i < round_up(rows, kRows); ++i) std::fill_n(tile.data() + i * span, span, T(0));
-      gemm<T, false>(round_up(rows, kRows), iv.dp, span, tile.data(), span, 1, pk.rows_v.data() + lo * iv.dp,
-                     iv.dp, ob.data(), iv.dp);
+      for (int64_t i = rows; i < rows_pad; ++i) std::fill_n(tile.data() + i * span, span, T(0));
+      gemm<T, false>(rows_pad, iv.dp, span, tile.data(), span, 1, pk.rows_v.data() + lo * iv.dp, iv.dp, ob.data(),
+                     iv.dp);
       for (int64_t i = 0; i < rows; ++i)
         std::memcpy(out.row(iv.batch, iv.head, iv.t(m0 + i)), ob.data() + i * iv.dp, p.head_dim * sizeof(T));
     }
@@ -374,37 +447,45 @@ void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const 
 
 template <typename T>
 void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const T> k, Strided4<const T> v,
-                       Strided4<const T> dout, Strided3<const T> lse, Strided3<const T> delta, Strided4<T> dq,
-                       Strided4<T> dk, Strided4<T> dv, int64_t item_begin, int64_t item_end) {
+                       PositionTerm<T> pos, Strided4<const T> dout, Strided3<const T> lse, Strided3<const T> delta,
+                       Strided4<T> dq, Strided4<T> dk, Strided4<T> dv, PositionGrads<T> dpos, int64_t item_begin,
+                       int64_t item_end) {
   Packed<T> pk;
-  std::vector<T> qb, dob, probs, dscores, dqb, dk_acc, dv_acc;
+  PackedTable<T> tab;
+  std::vector<T> qb, pqb, dob, probs, dscores, band, dqb, dk_acc, dv_acc, dtab;
+  const T scale = T(p.scale);
   for (int64_t item = item_begin; item < item_end; ++item) {
     const ItemView iv = make_view(p, item);
     if (iv.n == 0) continue;
     pack_item(p, iv, k, v, /*rows_k=*/true, /*rows_v=*/false, /*cols_v=*/true, pk);
+    if (pos.enabled()) {
+      pack_table(p, iv, pos.table, tab);
+      dtab.assign(tab.ld * iv.dp, T(0));
+    }
     const int64_t bq = iv.block;
     qb.assign(bq * iv.dp, T(0));
+    pqb.assign(pos.enabled() ? bq * iv.dp : 0, T(0));
     dob.assign(bq * iv.dp, T(0));
     dqb.assign(bq * iv.dp, T(0));
     dk_acc.assign(pk.ld * iv.dp, T(0));
     dv_acc.assign(pk.ld * iv.dp, T(0));
-    const T scale = T(p.scale);
     for (int64_t m0 = 0; m0 < iv.n; m0 += bq) {
       const Block blk = block_at(iv, m0, p.causal);
-      const int64_t rows = blk.rows, span = blk.span, lo = blk.lo;
-      const int64_t rows_pad = round_up(rows, kRows);
+      const int64_t rows = blk.rows, span = blk.span, lo = blk.lo, rows_pad = round_up(rows, kRows);
       probs.resize(bq * span);  // fully written by the gemms below
       dscores.resize(bq * span);
       if (rows < bq) {  // last block: padding rows of the operands must be 0
         std::fill(qb.begin(), qb.end(), T(0));
+        std::fill(pqb.begin(), pqb.end(), T(0));
         std::fill(dob.begin(), dob.end(), T(0));
       }
       pack_rows(iv, q, m0, rows, p.head_dim, scale, qb.data());
+      if (pos.enabled()) pack_rows(iv, pos.query, m0, rows, p.head_dim, scale, pqb.data());
       pack_rows(iv, dout, m0, rows, p.head_dim, T(1), dob.data());
 
       // P from the saved lse; dP = dO V^T; dS = P * (dP - delta).
-      gemm<T, false>(rows_pad, span, iv.dp, qb.data(), iv.dp, 1, pk.cols_k.data() + lo, pk.ld, probs.data(),
-                     span);
+      block_scores(iv, blk, rows_pad, p.causal, qb.data(), pk, pos.enabled() ? &tab : nullptr, pqb.data(), band,
+                   probs.data());
       gemm<T, false>(rows_pad, span, iv.dp, dob.data(), iv.dp, 1, pk.cols_v.data() + lo, pk.ld,
                      dscores.data(), span);
       for (int64_t i = 0; i < rows; ++i) {
@@ -432,20 +513,40 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
                     dk_acc.data() + lo * iv.dp, iv.dp);
       gemm<T, true>(span, iv.dp, rows_pad, probs.data(), 1, span, dob.data(), iv.dp,
                     dv_acc.data() + lo * iv.dp, iv.dp);
+      if (pos.enabled()) {  // the same products against the table, with dS in band layout
+        band.resize(rows_pad * blk.cols);
+        tile_to_band(iv, blk, p.causal, dscores.data(), rows_pad, band.data());
+        gemm<T, false>(rows_pad, iv.dp, blk.cols, band.data(), blk.cols, 1, tab.rows.data() + blk.c0 * iv.dp,
+                       iv.dp, dqb.data(), iv.dp);
+        for (int64_t i = 0; i < rows; ++i) {
+          T* o = dpos.dquery.row(iv.batch, iv.head, iv.t(m0 + i));
+          for (int64_t c = 0; c < p.head_dim; ++c) o[c] = dqb[i * iv.dp + c] * scale;
+        }
+        gemm<T, true>(blk.cols, iv.dp, rows_pad, band.data(), 1, blk.cols, pqb.data(), iv.dp,
+                      dtab.data() + blk.c0 * iv.dp, iv.dp);
+      }
     }
     for (int64_t j = 0; j < iv.n; ++j) {
       std::memcpy(dk.row(iv.batch, iv.head, iv.t(j)), dk_acc.data() + j * iv.dp, p.head_dim * sizeof(T));
       std::memcpy(dv.row(iv.batch, iv.head, iv.t(j)), dv_acc.data() + j * iv.dp, p.head_dim * sizeof(T));
+    }
+    if (pos.enabled()) {
+      const int64_t full = band_width(p.window, p.causal), start = p.window - iv.window;
+      for (int64_t c = 0; c < tab.width; ++c) {
+        T* dst = dpos.dtable + (iv.head * full + start + c) * p.head_dim;
+        for (int64_t x = 0; x < p.head_dim; ++x) dst[x] += dtab[c * iv.dp + x];
+      }
     }
   }
 }
 
 #define LFS_INSTANTIATE(T)                                                                                      \
   template void band_forward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>, Strided4<const T>, \
-                                    Strided4<T>, Strided3<T>, int64_t, int64_t);                                \
+                                    PositionTerm<T>, Strided4<T>, Strided3<T>, int64_t, int64_t);               \
   template void band_backward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>,                  \
-                                     Strided4<const T>, Strided4<const T>, Strided3<const T>, Strided3<const T>, \
-                                     Strided4<T>, Strided4<T>, Strided4<T>, int64_t, int64_t);
+                                     Strided4<const T>, PositionTerm<T>, Strided4<const T>, Strided3<const T>,   \
+                                     Strided3<const T>, Strided4<T>, Strided4<T>, Strided4<T>, PositionGrads<T>, \
+                                     int64_t, int64_t);
 LFS_INSTANTIATE(float)
 LFS_INSTANTIATE(double)
 #undef LFS_INSTANTIATE

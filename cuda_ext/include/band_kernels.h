@@ -35,17 +35,35 @@ struct BandProblem {
   int64_t num_items() const { return batch * head_offset[heads]; }
 };
 
-// out = softmax(scale * q k^T restricted to the band) v, lse = its log-normaliser.
-// Rows without any key get out = 0 and lse = -inf. Items [item_begin, item_end).
+// Optional Transformer-XL relative-position term: the score of query i and band column c
+// of head h gains scale * query[i] . table[h][c]. Column c is the same distance for every
+// query, so the term is a table of W = band_width(window, causal) rows, never T x T.
+template <typename T>
+struct PositionTerm {
+  Strided4<const T> query;  // (B, H, T, D); query.data == nullptr: no term
+  const T* table;           // (H, W, D) contiguous
+  bool enabled() const { return query.data != nullptr; }
+};
+
+template <typename T>
+struct PositionGrads {
+  Strided4<T> dquery;  // (B, H, T, D), written
+  T* dtable;           // (H, W, D) contiguous, ADDED to: give every thread its own and sum them
+};
+
+// out = softmax(scale * q k^T restricted to the band (+ position term)) v, lse = its
+// log-normaliser. Rows without any key get out = 0 and lse = -inf. Items [item_begin, item_end).
 template <typename T>
 void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const T> k, Strided4<const T> v,
-                      Strided4<T> out, Strided3<T> lse, int64_t item_begin, int64_t item_end);
+                      PositionTerm<T> pos, Strided4<T> out, Strided3<T> lse, int64_t item_begin, int64_t item_end);
 
 // Gradients given dout and delta = rowsum(dout * out) - dlse (so that dS = P * (dP - delta)).
+// dpos is used only when pos is enabled.
 template <typename T>
 void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const T> k, Strided4<const T> v,
-                       Strided4<const T> dout, Strided3<const T> lse, Strided3<const T> delta,
-                       Strided4<T> dq, Strided4<T> dk, Strided4<T> dv, int64_t item_begin, int64_t item_end);
+                       PositionTerm<T> pos, Strided4<const T> dout, Strided3<const T> lse, Strided3<const T> delta,
+                       Strided4<T> dq, Strided4<T> dk, Strided4<T> dv, PositionGrads<T> dpos, int64_t item_begin,
+                       int64_t item_end);
 
 #ifdef LFS_WITH_CUDA
 // CUDA versions: In is float, double, __half or __nv_bfloat16 (passed as void*), math in

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from ..spec import BandSpec
 from . import kernel
 from .chunks import chunks_band_attention
@@ -34,7 +36,8 @@ class Backend:
     fn: Callable
     summary: str
     unavailable_reason: Callable[[], str | None] = lambda: None
-    supports: Callable[[BandSpec], bool] = lambda spec: True  # e.g. dropout
+    # Whether the backend computes a call (e.g. dropout), given its spec and device.
+    supports: Callable[[BandSpec, torch.device | None], bool] = lambda spec, device=None: True
 
     @property
     def available(self) -> bool:
@@ -60,12 +63,12 @@ def available_backends() -> list[str]:
     return [name for name, b in BACKENDS.items() if b.available]
 
 
-def get_backend(name: str, spec: BandSpec | None = None) -> Backend:
-    """Resolve a backend name (or ``"auto"``, given the call's ``spec`` when known)."""
+def get_backend(name: str, spec: BandSpec | None = None, device: torch.device | None = None) -> Backend:
+    """Resolve a backend name (or ``"auto"``, given the call's ``spec`` and device when known)."""
     if name == "auto":
         return next(
             BACKENDS[n] for n in AUTO_ORDER
-            if BACKENDS[n].available and (spec is None or BACKENDS[n].supports(spec))
+            if BACKENDS[n].available and (spec is None or BACKENDS[n].supports(spec, device))
         )
     if name not in BACKENDS:
         raise ValueError(
