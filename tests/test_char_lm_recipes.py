@@ -35,7 +35,7 @@ def compose(name, overrides=()):
 
 @pytest.mark.parametrize("size", ["small", "large"])
 def test_every_phase_composes_with_the_papers_values(size):
-    from longformer_fs.modules.decoder import layer_windows
+    from longformer_fs.modules.per_layer import layer_values
 
     previous = None
     for phase in range(1, 6):
@@ -56,7 +56,7 @@ def test_every_phase_composes_with_the_papers_values(size):
         assert cfg.model.dilated_heads == 2
         dil = [int(x) for x in cfg.model.attention_dilations.split(",")]
         assert dil == [n + 1 for n in PAPER["dilation"][size]]
-        windows = layer_windows(cfg.model.attention_windows, cfg.model.decoder_layers)
+        windows = layer_values(cfg.model.attention_windows, cfg.model.decoder_layers)
         assert list(windows) == sorted(windows)  # grow from the bottom layer to the top
         assert windows[0] == 32 * 2**i and (phase == 5 or windows[-1] == 8192 * 2**i)
         assert cfg.common.user_dir.endswith("longformer_fs") and cfg.hydra.job.chdir is False

@@ -5,7 +5,8 @@ import torch
 from oracle import oracle_attention
 
 from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
-from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder, layer_windows
+from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+from longformer_fs.modules.per_layer import layer_values
 
 
 def randomize(module, seed=0):
@@ -74,16 +75,16 @@ def test_activation_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(grads[1][name], grads[0][name], msg=name)
 
 
-def test_layer_windows_syntax():
-    assert layer_windows("8", 3) == (8, 8, 8)
-    assert layer_windows("1,2,3", 3) == (1, 2, 3)
-    assert layer_windows("32:8192", 12)[0] == 32 and layer_windows("32:8192", 12)[-1] == 8192
+def test_layer_values_syntax():
+    assert layer_values("8", 3) == (8, 8, 8)
+    assert layer_values("1,2,3", 3) == (1, 2, 3)
+    assert layer_values("32:8192", 12)[0] == 32 and layer_values("32:8192", 12)[-1] == 8192
     with pytest.raises(ValueError, match="attention windows"):
-        layer_windows("1,2", 3)
+        layer_values("1,2", 3)
     with pytest.raises(ValueError, match="^attention windows: '0:8' needs 1 <= lo <= hi"):
-        layer_windows("0:8", 3)
+        layer_values("0:8", 3)
     with pytest.raises(ValueError, match="^attention dilations:"):
-        layer_windows("1,2", 3, "attention dilations")
+        layer_values("1,2", 3, "attention dilations")
 
 
 def test_relative_layer_rejects_bad_shapes():

@@ -37,12 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def longformer_small(phase: int, checkpoint: bool):
     from longformer_fs.models.longformer_lm import dilation_pattern
-    from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder, layer_windows
+    from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+    from longformer_fs.modules.per_layer import layer_values
 
     windows = f"{32 * 2 ** (phase - 1)}:{8192 * 2 ** (phase - 1)}"
     cfg = types.SimpleNamespace(decoder_layers=12, decoder_attention_heads=8, dilated_heads=2,
                                 attention_dilations="1,1,1,1,1,1,2,2,3,3,4,4")
-    shape = DecoderShape(VOCAB, 1, 512, 2048, 8, layer_windows(windows, 12), dilation_pattern(cfg))
+    shape = DecoderShape(VOCAB, 1, 512, 2048, 8, layer_values(windows, 12), dilation_pattern(cfg))
     return LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).train(), windows
 
 

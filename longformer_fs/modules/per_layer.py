@@ -1,0 +1,40 @@
+"""Per-layer settings (windows, dilations) from one compact string."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def layer_values(spec: str | Sequence[int], num_layers: int, name: str = "attention windows") -> tuple[int, ...]:
+    """One value per layer from "w", "w0,w1,..." or "w_bottom:w_top" (geometric).
+
+    Used for windows and for dilations; ``name`` is the setting named in errors.
+    """
+    try:
+        values = _parse(spec, num_layers, name)
+    except ValueError as err:
+        if str(err).startswith(name):
+            raise
+        raise ValueError(f"{name}: {spec!r} is not 'w', 'w0,w1,...' or 'lo:hi' with integers") from None
+    if len(values) == 1:
+        values = values * num_layers
+    if len(values) != num_layers or min(values) < 0:
+        raise ValueError(f"{name}: {spec!r} does not give {num_layers} values >= 0")
+    return tuple(values)
+
+
+def _parse(spec: str | Sequence[int], num_layers: int, name: str) -> list[int]:
+    if not isinstance(spec, str):
+        values = [int(x) for x in spec]
+    elif ":" in spec:
+        lo, hi = (int(x) for x in spec.split(":"))
+        if lo < 1 or hi < lo:
+            raise ValueError(f"{name}: {spec!r} needs 1 <= lo <= hi for a geometric lo:hi range")
+        if num_layers == 1:
+            values = [lo]
+        else:  # bottom to top, evenly spaced in log scale, as the paper's growing windows
+            ratio = (hi / lo) ** (1 / (num_layers - 1))
+            values = [round(lo * ratio**i) for i in range(num_layers)]
+    else:
+        values = [int(x) for x in spec.split(",") if x.strip()]
+    return values
