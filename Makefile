@@ -12,6 +12,10 @@
 #   make text8 / make enwik8
 #                  all five phases in order; each starts from the previous phase's
 #                  last checkpoint with a fresh optimizer; rerunning resumes
+#   make mlm-base ROBERTA=dir DATA=dir / make mlm-large ...
+#                  continued MLM pretraining at 4,096 tokens (recipes/mlm/): converts the
+#                  RoBERTa checkpoint once (longformer-fs convert-roberta), then trains;
+#                  rerunning resumes
 #
 # Variables:
 #   PYTHON=python3        interpreter used to create the venv
@@ -24,6 +28,8 @@
 #   DATA=data-bin         directory holding text8/ and enwik8/ from `longformer-fs prep`
 #   SAVE=checkpoints/char_lm   checkpoints go to SAVE/<corpus>/<size>/phaseN
 #   HYDRA_ARGS=...        extra Hydra overrides, e.g. HYDRA_ARGS="dataset.batch_size=4"
+#   ROBERTA=dir           a fairseq RoBERTa (model.pt + dict.txt) for mlm-base / mlm-large
+#   MLM_SAVE=checkpoints/mlm   MLM runs go to MLM_SAVE/<size>_4096 (converted model in converted/)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -62,11 +68,11 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test info demo clean-venv eval-bpc $(CORPORA) \
+.PHONY: help install test info demo clean-venv eval-bpc mlm-base mlm-large $(CORPORA) \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
-	@sed -n '2,33p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,32p' Makefile | sed 's/^# \{0,1\}//'
 
 # One phase: $(1) corpus, $(2) phase, $(3) previous phase (empty for phase 1).
 # ($$$$ is a shell $: this text is expanded twice, by call and by eval.)
@@ -99,6 +105,25 @@ eval-bpc: $(STAMP)
 # finetune_from_model), so rerunning the chain continues where it stopped.
 $(CORPORA):
 	@for p in $(PHASES); do $(MAKE) --no-print-directory $@-phase$$p || exit $$?; done
+
+# Continued MLM pretraining: $(1) is base or large. ($$$$ as above.)
+ROBERTA ?=
+MLM_SAVE ?= checkpoints/mlm
+define mlm_run
+mlm-$(1): $(STAMP)
+	@test -f $(DATA)/dict.txt || { echo "error: DATA=$(DATA) is not a binarized MLM dataset (no dict.txt);" \
+		"build one with longformer-fs prep docs"; exit 2; }
+	@conv=$(MLM_SAVE)/$(1)_4096/converted; \
+	if [ ! -f $$$$conv/model.pt ]; then \
+		test -n "$(ROBERTA)" || { echo "error: set ROBERTA=dir holding a fairseq RoBERTa-$(1) model.pt and dict.txt"; exit 2; }; \
+		$(VENV)/bin/longformer-fs convert-roberta $(ROBERTA) --out $$$$conv || exit $$$$?; fi; \
+	cmp -s $(DATA)/dict.txt $$$$conv/dict.txt || { echo "error: $(DATA)/dict.txt differs from the model's" \
+		"$$$$conv/dict.txt; binarize the corpus with RoBERTa's dictionary"; exit 2; }
+	$(VENV)/bin/fairseq-hydra-train --config-dir recipes/mlm --config-name longformer_$(1)_4096 \
+		task.data=$(abspath $(DATA)) checkpoint.save_dir=$(abspath $(MLM_SAVE)/$(1)_4096) \
+		checkpoint.finetune_from_model=$(abspath $(MLM_SAVE)/$(1)_4096/converted/model.pt) $(HYDRA_ARGS)
+endef
+$(foreach s,base large,$(eval $(call mlm_run,$(s))))
 
 install: $(STAMP)
 

@@ -1,0 +1,1 @@
+"""Checkpoint conversions: RoBERTa -> longformer_roberta, and longformer_roberta -> HF transformers."""

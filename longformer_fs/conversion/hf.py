@@ -1,0 +1,171 @@
+"""Export a ``longformer_roberta`` checkpoint to HF transformers' ``LongformerForMaskedLM``.
+
+The two models are the same network under different names: fairseq's RoBERTa layers
+are post-layernorm BERT layers, both number positions from ``padding_idx + 1``, and
+HF's Longformer attention has our semantics for undilated, bidirectional windows (HF's
+``attention_window`` is the total, ``2w``). Dilation and causal attention have no HF
+counterpart, so such models are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from ..modules.per_layer import layer_values
+
+# fairseq key (with {i} for the layer) -> HF key, for every tensor of LongformerForMaskedLM.
+_EMBEDDINGS = {
+    "encoder.sentence_encoder.embed_tokens.weight": "longformer.embeddings.word_embeddings.weight",
+    "encoder.sentence_encoder.embed_positions.weight": "longformer.embeddings.position_embeddings.weight",
+    "encoder.sentence_encoder.layernorm_embedding.weight": "longformer.embeddings.LayerNorm.weight",
+    "encoder.sentence_encoder.layernorm_embedding.bias": "longformer.embeddings.LayerNorm.bias",
+}
+_LAYER = {
+    "self_attn.q_proj": "attention.self.query",
+    "self_attn.k_proj": "attention.self.key",
+    "self_attn.v_proj": "attention.self.value",
+    "self_attn.q_proj_global": "attention.self.query_global",
+    "self_attn.k_proj_global": "attention.self.key_global",
+    "self_attn.v_proj_global": "attention.self.value_global",
+    "self_attn.out_proj": "attention.output.dense",
+    "self_attn_layer_norm": "attention.output.LayerNorm",
+    "fc1": "intermediate.dense",
+    "fc2": "output.dense",
+    "final_layer_norm": "output.LayerNorm",
+}
+_HEAD = {
+    "encoder.lm_head.dense.weight": "lm_head.dense.weight",
+    "encoder.lm_head.dense.bias": "lm_head.dense.bias",
+    "encoder.lm_head.layer_norm.weight": "lm_head.layer_norm.weight",
+    "encoder.lm_head.layer_norm.bias": "lm_head.layer_norm.bias",
+    "encoder.lm_head.weight": "lm_head.decoder.weight",
+    "encoder.lm_head.bias": "lm_head.bias",
+}
+
+
+class ExportError(ValueError):
+    """The model cannot be expressed as an HF Longformer."""
+
+
+def check_exportable(args, layers: int) -> list[int]:
+    """The per-layer one-sided windows, or :class:`ExportError` for what HF cannot run."""
+    if getattr(args, "causal_attention", False):
+        raise ExportError("checkpoint: causal attention has no HF Longformer counterpart; export refused")
+    dilations = layer_values(getattr(args, "attention_dilation", "1") or "1", layers, "attention dilation")
+    if any(d != 1 for d in dilations):
+        raise ExportError(f"checkpoint: dilated attention ({list(dilations)}) has no HF Longformer counterpart "
+                          "(HF runs dilation 1 only); export refused")
+    if getattr(args, "encoder_normalize_before", False):
+        raise ExportError("checkpoint: pre-layernorm layers differ from HF Longformer's BERT layers; export refused")
+    windows = layer_values(args.attention_window, layers, "attention window")
+    if min(windows) < 1:
+        raise ExportError("checkpoint: HF Longformer needs a window of at least 1 on each side")
+    return list(windows)
+
+
+def hf_state_dict(state: dict, layers: int) -> dict:
+    """fairseq ``longformer_roberta`` weights under HF ``LongformerForMaskedLM`` names."""
+    out = {hf: state[fs] for fs, hf in {**_EMBEDDINGS, **_HEAD}.items()}
+    out["lm_head.decoder.bias"] = state["encoder.lm_head.bias"]
+    # RoBERTa has no token types: one all-zero type embedding adds nothing.
+    hidden = state["encoder.sentence_encoder.embed_tokens.weight"].shape[1]
+    out["longformer.embeddings.token_type_embeddings.weight"] = torch.zeros(1, hidden)
+    for i in range(layers):
+        for fs, hf in _LAYER.items():
+            for param in ("weight", "bias"):
+                out[f"longformer.encoder.layer.{i}.{hf}.{param}"] = \
+                    state[f"encoder.sentence_encoder.layers.{i}.{fs}.{param}"]
+    return {k: v.detach().clone().contiguous() for k, v in out.items()}
+
+
+def hf_config(args, state: dict, windows: list[int]):
+    from transformers import LongformerConfig
+
+    vocab, hidden = state["encoder.sentence_encoder.embed_tokens.weight"].shape
+    return LongformerConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=len(windows),
+        num_attention_heads=args.encoder_attention_heads,
+        intermediate_size=args.encoder_ffn_embed_dim,
+        hidden_act="gelu" if args.activation_fn == "gelu" else args.activation_fn,
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.attention_dropout,
+        max_position_embeddings=state["encoder.sentence_encoder.embed_positions.weight"].shape[0],
+        type_vocab_size=1,
+        layer_norm_eps=1e-5,  # fairseq's LayerNorm
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2,
+        attention_window=[2 * w for w in windows],  # HF counts both sides
+    )
+
+
+def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
+    """Save an HF tokenizer for the model's ids: from an HF tokenizer directory as is, or
+    from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through fairseq's ``dict.txt``
+    (which lists GPT-2 ids in model order after fairseq's 4 specials)."""
+    from transformers import AutoTokenizer, RobertaTokenizer
+
+    if (source / "encoder.json").is_file() and (source / "vocab.bpe").is_file():
+        gpt2 = {int(i): tok for tok, i in json.loads((source / "encoder.json").read_text()).items()}
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+        for line in dict_path.read_text(encoding="utf-8").splitlines():
+            symbol = line.rsplit(" ", 1)[0]
+            if symbol.isdigit() and int(symbol) in gpt2:
+                vocab.setdefault(gpt2[int(symbol)], len(vocab))
+            else:
+                vocab.setdefault(symbol, len(vocab))
+        vocab.setdefault("<mask>", len(vocab))
+        tmp = out_dir / "vocab.json"
+        tmp.write_text(json.dumps(vocab, ensure_ascii=False))
+        tok = RobertaTokenizer(vocab_file=str(tmp), merges_file=str(source / "vocab.bpe"))
+        tok.save_pretrained(out_dir)
+        return "gpt2-bpe+dict.txt"
+    try:
+        AutoTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
+    except (OSError, ValueError) as err:
+        raise FileNotFoundError(f"--tokenizer: {source} holds neither an HF tokenizer nor GPT-2's encoder.json "
+                                f"and vocab.bpe ({str(err).splitlines()[0]})") from None
+    return "hf"
+
+
+def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None) -> dict:
+    """Write ``out_dir`` for ``LongformerForMaskedLM.from_pretrained``; returns a report."""
+    from fairseq import checkpoint_utils
+    from transformers import LongformerForMaskedLM
+
+    if not Path(checkpoint).is_file():
+        raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    cfg = state.get("cfg")
+    args = cfg["model"] if cfg is not None else state.get("args")
+    name = getattr(args, "_name", None) or getattr(args, "arch", None)
+    if not str(name).startswith("longformer_roberta"):
+        raise ExportError(f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta "
+                          "(convert RoBERTa first with `longformer-fs convert-roberta`)")
+    weights = state["model"]
+    layers = len({m.group(1) for k in weights if (m := re.match(r"encoder\.sentence_encoder\.layers\.(\d+)\.", k))})
+    windows = check_exportable(args, layers)
+
+    model = LongformerForMaskedLM(hf_config(args, weights, windows))
+    missing, unexpected = model.load_state_dict(hf_state_dict(weights, layers), strict=False)
+    if unexpected or [k for k in missing if not k.endswith("position_ids")]:
+        raise ExportError(f"checkpoint: weights do not map onto HF Longformer (missing {missing}, "
+                          f"unexpected {unexpected})")
+    out_dir = Path(out_dir)
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
+        raise FileExistsError(f"--out: {out_dir} holds something other than an HF export; choose another directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer_kind = None
+    if tokenizer is not None:
+        dict_path = Path(dictionary) if dictionary else Path(checkpoint).parent / "dict.txt"
+        if not dict_path.is_file():
+            raise FileNotFoundError(f"--dict: {dict_path} does not exist (the model's fairseq dict.txt)")
+        tokenizer_kind = _tokenizer(Path(tokenizer), dict_path, out_dir)
+    return {"checkpoint": str(checkpoint), "output": str(out_dir), "layers": layers,
+            "attention_window_hf": [2 * w for w in windows], "vocab": weights[
+                "encoder.sentence_encoder.embed_tokens.weight"].shape[0], "tokenizer": tokenizer_kind}

@@ -1,0 +1,217 @@
+"""The paper's Table 6 in miniature: RoBERTa -> Longformer conversion, continued MLM
+pretraining, and the HF transformers export.
+
+A tiny RoBERTa (2 layers, 128 positions) is trained by a real fairseq-train process on
+a generated corpus of words repeated in short runs: a masked word is its neighbours'
+word, which a model can only find if it knows where its neighbours are (positions).
+Without positions it falls back to the words of the whole block.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import longformer_fs  # noqa: F401  (registers the plugin)
+from longformer_fs.evaluation.masked_lm import masked_lm_bits
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+WORDS = 16
+TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+        "--encoder-attention-heads", "4"]
+RESULTS = {}  # the miniature Table 6, filled by the tests below
+
+
+@pytest.fixture(scope="module", autouse=True)
+def print_table6():
+    """Print the miniature Table 6 after the module (pytest -s shows it)."""
+    yield
+    if RESULTS:
+        print("\nMiniature Table 6 (MLM loss in bits per masked token, valid split):")
+        for name, value in RESULTS.items():
+            print(f"  {name:<52} {value if isinstance(value, tuple) else round(value, 3)}")
+
+
+def run(*cmd, timeout=900):
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def runs_text(n_words: int, seed: int) -> str:
+    """Lines of 40 words; each random word is repeated 3 to 6 times in a row."""
+    rng = np.random.default_rng(seed)
+    words: list[str] = []
+    while len(words) < n_words:
+        words += [f"w{rng.integers(WORDS)}"] * int(rng.integers(3, 7))
+    return "\n".join(" ".join(words[i:i + 40]) for i in range(0, n_words, 40)) + "\n"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mlm")
+    (tmp / "train.txt").write_text(runs_text(60000, 0))
+    (tmp / "valid.txt").write_text(runs_text(12000, 1))
+    run(BIN / "fairseq-preprocess", "--only-source", "--trainpref", tmp / "train.txt", "--validpref",
+        tmp / "valid.txt", "--destdir", tmp / "bin", "--workers", "1")
+    return tmp / "bin"
+
+
+@pytest.fixture(scope="module")
+def roberta(data, tmp_path_factory):
+    """A released-RoBERTa-like directory: model.pt and dict.txt."""
+    save = tmp_path_factory.mktemp("roberta")
+    run(BIN / "fairseq-train", data, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta", *TINY,
+        "--max-positions", "128", "--tokens-per-sample", "128", "--sample-break-mode", "none",
+        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-3", "--lr-scheduler", "inverse_sqrt",
+        "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16", "--max-update", "700", "--dropout", "0",
+        "--attention-dropout", "0", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
+        "--seed", "1", "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "100")
+    (save / "checkpoint_last.pt").rename(save / "model.pt")
+    (save / "dict.txt").write_bytes((data / "dict.txt").read_bytes())
+    return save
+
+
+def convert(roberta, out, *extra):
+    return run(BIN / "longformer-fs", "convert-roberta", roberta, "--out", out, "--max-positions", "512", *extra)
+
+
+def load(path, data):
+    from fairseq import checkpoint_utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+    return models[0].eval(), task
+
+
+def valid_blocks(task, data, length, n_tokens):
+    from fairseq.data import data_utils
+
+    split = data_utils.load_indexed_dataset(str(data / "valid"), task.source_dictionary, "mmap")
+    stream = torch.cat([split[i] for i in range(len(split))])[:n_tokens]
+    body = stream[: len(stream) // (length - 1) * (length - 1)].view(-1, length - 1)
+    return torch.cat([torch.full((len(body), 1), task.source_dictionary.bos()), body], dim=1)
+
+
+def score(model, task, blocks):
+    d = task.source_dictionary
+    special = torch.tensor([d.bos(), d.eos(), d.pad()])
+    return masked_lm_bits(model, blocks, d.index("<mask>"), special, mask_prob=0.15, seed=0).bits
+
+
+def test_converted_with_wide_window_equals_roberta(roberta, data, tmp_path):
+    out = convert(roberta, tmp_path / "wide")  # default window 256 >= 128 tokens: full attention
+    assert "positions: 128 -> 512" in out and "global projections: 12 tensors" in out
+    original, task = load(roberta / "model.pt", data)
+    converted, _ = load(tmp_path / "wide" / "model.pt", data)
+    assert type(converted).__name__ == "LongformerRobertaModel"
+    blocks = valid_blocks(task, data, 128, 8 * 127)
+    original.double(), converted.double()
+    with torch.no_grad():
+        torch.testing.assert_close(converted(blocks)[0], original(blocks)[0], atol=1e-6, rtol=1e-6)
+    assert score(converted, task, blocks) == pytest.approx(score(original, task, blocks), abs=1e-6)
+
+
+def test_table6_copied_positions_keep_the_loss_random_ones_do_not(roberta, data, tmp_path):
+    convert(roberta, tmp_path / "copy", "--window", "32")  # 64-token window, as "w=256" is a 512 one
+    convert(roberta, tmp_path / "random", "--window", "32", "--position-init", "random")
+    original, task = load(roberta / "model.pt", data)
+    n_tokens = 16 * 511
+    RESULTS["RoBERTa, 128 tokens"] = score(original, task, valid_blocks(task, data, 128, n_tokens))
+    for name in ("random", "copy"):
+        model, _ = load(tmp_path / name / "model.pt", data)
+        RESULTS[f"Longformer, {name} position embeddings, 512 tokens"] = score(
+            model, task, valid_blocks(task, data, 512, n_tokens))
+    base = RESULTS["RoBERTa, 128 tokens"]
+    copied = RESULTS["Longformer, copy position embeddings, 512 tokens"]
+    randomised = RESULTS["Longformer, random position embeddings, 512 tokens"]
+    assert base < 2.0, RESULTS  # it learned locality (uniform guessing is 4 bits, the block's words ~3.5)
+    assert abs(copied - base) <= 0.15 * base, RESULTS
+    assert randomised > 1.5 * copied, RESULTS
+
+
+def fairseq_validate(checkpoint, data):
+    out = run(BIN / "fairseq-validate", data, "--path", checkpoint, "--user-dir", ROOT / "longformer_fs",
+              "--task", "masked_lm", "--tokens-per-sample", "512", "--sample-break-mode", "none",
+              "--batch-size", "8", "--cpu", "--num-workers", "0", "--seed", "3", "--log-format", "json")
+    line = next(line for line in out.splitlines() if '| valid | {"valid_loss"' in line)
+    return float(json.loads(line.split("| valid | ", 1)[1])["valid_loss"])
+
+
+def test_continued_pretraining_with_the_recipe_lowers_valid_loss(roberta, data, tmp_path):
+    convert(roberta, tmp_path / "copy", "--window", "32")
+    save = tmp_path / "run"
+    before = fairseq_validate(tmp_path / "copy" / "model.pt", data)
+    run(BIN / "fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "mlm", "--config-name",
+        "longformer_base_4096", f"task.data={data}", f"checkpoint.finetune_from_model={tmp_path / 'copy/model.pt'}",
+        f"checkpoint.save_dir={save}", "common.fp16=false", "common.cpu=true", "task.tokens_per_sample=512",
+        "task.sample_break_mode=none", "model.max_positions=512", "model.attention_window='32'",
+        "+model.encoder_layers=2", "+model.encoder_embed_dim=64", "+model.encoder_ffn_embed_dim=128",
+        "+model.encoder_attention_heads=4", "dataset.batch_size=8", "dataset.num_workers=0",
+        "optimization.update_freq=[1]", "optimization.max_update=50", "optimization.lr=[5e-4]",
+        "lr_scheduler.warmup_updates=5", "lr_scheduler.total_num_update=50", "dataset.validate_interval_updates=50",
+        "common.log_interval=10")
+    after = fairseq_validate(save / "checkpoint_last.pt", data)
+    RESULTS["Longformer (copy) after 50 updates, 512 tokens"] = after
+    RESULTS["(fairseq-validate before / after)"] = (before, after)
+    assert after < before, (before, after)
+    assert (save / "tensorboard").is_dir()
+
+
+@pytest.mark.parametrize("with_global", [False, True], ids=["local", "global-bos"])
+def test_hf_export_matches_our_logits(roberta, data, tmp_path, with_global):
+    from transformers import LongformerForMaskedLM
+
+    convert(roberta, tmp_path / "copy", "--window", "32")
+    run(BIN / "longformer-fs", "export-hf", tmp_path / "copy" / "model.pt", "--out", tmp_path / "hf")
+    ours, task = load(tmp_path / "copy" / "model.pt", data)
+    theirs = LongformerForMaskedLM.from_pretrained(tmp_path / "hf", local_files_only=True).eval()
+    assert theirs.config.attention_window == [64, 64]
+    blocks = valid_blocks(task, data, 512, 2 * 511)
+    blocks[:, 200] = task.source_dictionary.bos()  # a second global token mid-sequence
+    glob = blocks == task.source_dictionary.bos()
+    if with_global:
+        ours.encoder.sentence_encoder.global_token_ids = torch.tensor([task.source_dictionary.bos()])
+    with torch.no_grad():
+        expected = ours(blocks)[0]
+        got = theirs(input_ids=blocks, global_attention_mask=glob.long() if with_global else None).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_convert_refuses_bad_input_with_clear_messages(roberta, tmp_path):
+    def fails(*args):
+        result = subprocess.run([str(BIN / "longformer-fs"), *map(str, args)], capture_output=True, text=True,
+                                cwd=ROOT)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        return result.stderr
+
+    assert "smaller than the checkpoint's 128" in fails("convert-roberta", roberta, "--out", tmp_path / "a",
+                                                        "--max-positions", "64")
+    (tmp_path / "fake").mkdir()
+    torch.save({"model": {"decoder.embed_tokens.weight": torch.zeros(3, 2)}, "cfg": {"model": {"_name": "lstm"}},
+                "optimizer_history": [{"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {},
+                                       "num_updates": 0}],
+                "extra_state": {"train_iterator": {"epoch": 1}}}, tmp_path / "fake" / "model.pt")
+    (tmp_path / "fake" / "dict.txt").write_text("a 1\n")
+    assert "not a fairseq RoBERTa-like encoder (model: lstm)" in fails("convert-roberta", tmp_path / "fake",
+                                                                       "--out", tmp_path / "b")
+    assert "does not exist" in fails("convert-roberta", tmp_path / "missing", "--out", tmp_path / "c")
+
+
+def test_export_refuses_dilation_and_causal():
+    import argparse
+
+    from longformer_fs.conversion.hf import ExportError, check_exportable
+
+    args = argparse.Namespace(attention_window="4", attention_dilation="1,2", causal_attention=False)
+    with pytest.raises(ExportError, match="dilated"):
+        check_exportable(args, 2)
+    args = argparse.Namespace(attention_window="4", attention_dilation="1", causal_attention=True)
+    with pytest.raises(ExportError, match="causal"):
+        check_exportable(args, 2)
+    args = argparse.Namespace(attention_window="4,8", attention_dilation="1", causal_attention=False)
+    assert check_exportable(args, 2) == [4, 8]
