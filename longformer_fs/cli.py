@@ -16,7 +16,13 @@ COMMANDS = {
     "demo": ("longformer_fs.commands.demo", "the 5-phase character-LM recipe at toy scale on a generated corpus"),
     "prep text8": ("longformer_fs.commands.prep_char", "text8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "prep enwik8": ("longformer_fs.commands.prep_char", "enwik8 as a byte-level fairseq dataset (90M/5M/5M)"),
+    "prep docs": ("longformer_fs.commands.prep_docs",
+                  "long documents (txt, JSONL, Wikipedia XML, PDF papers) as a BPE masked-LM dataset"),
     "eval-bpc": ("longformer_fs.commands.eval_bpc", "test BPC of a character-LM checkpoint, paper protocol"),
+    "convert-roberta": ("longformer_fs.commands.convert_roberta",
+                        "a fairseq RoBERTa checkpoint as a longformer_roberta one (positions to 4096)"),
+    "export-hf": ("longformer_fs.commands.export_hf",
+                  "a longformer_roberta checkpoint as an HF transformers LongformerForMaskedLM directory"),
     "bench attention": (
         "longformer_fs.benchmarks.attention",
         "time and peak memory of every attention implementation against sequence length",
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args._main(args) or 0
-    except (ValueError, FileNotFoundError) as err:  # user errors (PrepError too): one line, no traceback
+    except (ValueError, FileNotFoundError, FileExistsError) as err:  # user errors (PrepError too): one line
         print(f"longformer-fs: error: {err}", file=sys.stderr)
         return 2
 

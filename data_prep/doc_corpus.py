@@ -1,0 +1,338 @@
+"""Long-document corpora as fairseq masked-LM datasets (``longformer-fs prep docs``).
+
+Pipeline, streamed so memory does not grow with the corpus:
+
+1. **read** every source in the order given (PDFs are extracted in worker processes);
+   bad input becomes a :class:`~.doc_sources.Skipped` record, never an exception;
+2. **filter**: exact duplicates (by SHA-1 of the text, across sources) and the
+   per-source sampling fraction (a hash decides, so reruns keep the same documents);
+3. **tokenize** in ``--workers`` processes with GPT-2 byte-level BPE mapped to the
+   model's ``dict.txt``; then the per-source minimum length in tokens;
+4. **write** train/valid/test (a hash of the text picks the split) in fairseq's mmap
+   format: one item per paragraph ending in ``</s>``, and an item holding only
+   ``</s>`` after each document, the layout fairseq-preprocess gives text with blank
+   lines between documents. So ``sample_break_mode=complete_doc`` never crosses a
+   document and ``eos`` yields paragraphs.
+
+Everything is written under ``OUT/.partial`` and moved in at the end; ``prep.json``,
+written last, marks a finished dataset and records the inputs, so a rerun with the
+same inputs does nothing and an interrupted run never looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
+from .gpt2_bpe import EOS, dictionary_lookup, dictionary_size, load_tokenizer, vocab_size
+
+FORMAT_VERSION = 1
+MANIFEST = "prep.json"
+SPLITS = ("train", "valid", "test")
+BATCH_DOCS = 64  # documents per tokenizer task
+
+
+class PrepError(ValueError):
+    """A problem with the inputs or the output directory (reported without a traceback)."""
+
+
+@dataclass(frozen=True)
+class DocPrepConfig:
+    sources: tuple[SourceSpec, ...]
+    encoder_json: Path
+    vocab_bpe: Path
+    dict_txt: Path
+    min_tokens: dict = field(default_factory=dict)  # source -> tokens
+    fractions: dict = field(default_factory=dict)  # source -> kept fraction
+    valid_fraction: float = 0.01
+    test_fraction: float = 0.01
+    workers: int = 1
+
+
+@dataclass
+class SourceStats:
+    read: int = 0
+    documents: int = 0
+    tokens: int = 0
+    duplicate: int = 0
+    sampled_out: int = 0
+    too_short: int = 0
+    skipped: int = 0
+    characters: int = 0
+
+
+def _unit(digest: bytes, salt: bytes) -> float:
+    """A number in [0, 1) fixed by the text: the same document always gets the same one."""
+    return int.from_bytes(hashlib.sha1(salt + digest).digest()[:8], "big") / 2**64
+
+
+# ---------------------------------------------------------------- worker side
+
+_WORKER: dict = {}
+
+
+def _init_worker(encoder_json: str, vocab_bpe: str, dict_txt: str) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # processes are the parallelism
+    _WORKER["tokenizer"] = load_tokenizer(Path(encoder_json), Path(vocab_bpe))
+    _WORKER["lut"] = dictionary_lookup(Path(dict_txt), vocab_size(Path(encoder_json)))
+
+
+def _tokenize(texts: list[str]) -> list[list[np.ndarray]]:
+    """Per document, one id array per non-empty paragraph (no ``</s>`` yet)."""
+    paragraphs, owners = [], []
+    for doc, text in enumerate(texts):
+        for line in text.split("\n"):
+            if line.strip():
+                paragraphs.append(line)
+                owners.append(doc)
+    out: list[list[np.ndarray]] = [[] for _ in texts]
+    lut = _WORKER["lut"]
+    for owner, encoding in zip(owners, _WORKER["tokenizer"].encode_batch(paragraphs, add_special_tokens=False)):
+        out[owner].append(lut[np.asarray(encoding.ids, dtype=np.int64)])
+    return out
+
+
+def _read_pdf_task(args: tuple[SourceSpec, Path]) -> Item:
+    return read_pdf(*args)
+
+
+# ---------------------------------------------------------------- driver side
+
+
+def _batched(items: Iterable, size: int) -> Iterator[list]:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def iter_items(cfg: DocPrepConfig, pool) -> Iterator[Item]:
+    """Every document and skip record of every source, in a fixed order."""
+    for spec in cfg.sources:
+        files = spec.files()
+        if spec.kind == "pdf":
+            tasks = [(spec, path) for path in files]
+            yield from (pool.imap(_read_pdf_task, tasks, chunksize=4) if pool else map(_read_pdf_task, tasks))
+        else:
+            for path in files:
+                yield from READERS[spec.kind](spec, path)
+
+
+class _SplitWriter:
+    """fairseq mmap datasets for the three splits, written item by item."""
+
+    def __init__(self, directory: Path, dict_size: int):
+        from fairseq.data import indexed_dataset
+
+        self.directory = directory
+        self.builders = {s: indexed_dataset.make_builder(str(directory / f"{s}.bin"), impl="mmap",
+                                                        vocab_size=dict_size) for s in SPLITS}
+        self.tokens = Counter()
+        self.documents = Counter()
+
+    def add_document(self, split: str, paragraphs: list[np.ndarray]) -> None:
+        import torch
+
+        builder = self.builders[split]
+        for ids in paragraphs:
+            builder.add_item(torch.from_numpy(np.append(ids, EOS)))
+        builder.add_item(torch.tensor([EOS]))  # the document boundary
+        self.tokens[split] += sum(len(p) for p in paragraphs)
+        self.documents[split] += 1
+
+    def finalize(self) -> None:
+        for split, builder in self.builders.items():
+            builder.finalize(str(self.directory / f"{split}.idx"))
+
+
+def input_manifest(cfg: DocPrepConfig) -> dict:
+    """What the output depends on: every input file's size and mtime, and every option."""
+    def stamp(path: Path) -> list:
+        st = path.stat()
+        return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+    return {
+        "format": FORMAT_VERSION,
+        "sources": [{"name": s.name, "kind": s.kind, "path": str(s.path.resolve()), "text_field": s.text_field,
+                     "files": [stamp(p) for p in s.files()]} for s in cfg.sources],
+        "bpe": [stamp(Path(p)) for p in (cfg.encoder_json, cfg.vocab_bpe, cfg.dict_txt)],
+        "min_tokens": dict(sorted(cfg.min_tokens.items())),
+        "fractions": dict(sorted(cfg.fractions.items())),
+        "valid_fraction": cfg.valid_fraction,
+        "test_fraction": cfg.test_fraction,
+    }
+
+
+def _check_config(cfg: DocPrepConfig) -> None:
+    names = {s.name for s in cfg.sources}
+    if not cfg.sources:
+        raise PrepError("--source: give at least one NAME=KIND:PATH")
+    for option, values in (("--min-tokens", cfg.min_tokens), ("--fraction", cfg.fractions)):
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise PrepError(f"{option}: no source named {', '.join(unknown)} (sources: {', '.join(sorted(names))})")
+    for name, fraction in cfg.fractions.items():
+        if not 0 < fraction <= 1:
+            raise PrepError(f"--fraction: {name}={fraction} is not in (0, 1]")
+    if not (0 <= cfg.valid_fraction < 1 and 0 <= cfg.test_fraction < 1
+            and cfg.valid_fraction + cfg.test_fraction < 1):
+        raise PrepError("--valid-fraction/--test-fraction: need two fractions in [0, 1) summing below 1")
+    if cfg.workers < 1:
+        raise PrepError(f"--workers: must be >= 1, got {cfg.workers}")
+
+
+def _prepare_out(out: Path, force: bool) -> None:
+    if not out.exists():
+        out.mkdir(parents=True)
+        return
+    if not out.is_dir():
+        raise PrepError(f"--out: {out} is a file")
+    ours = {MANIFEST, "dict.txt", "stats.json", "papers.jsonl", ".partial"} | {
+        f"{s}.{e}" for s in SPLITS for e in ("bin", "idx")}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if foreign and not force:
+        raise PrepError(f"--out: {out} holds other files ({', '.join(foreign[:5])}); choose an empty directory "
+                        "or pass --force")
+
+
+def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) -> dict:
+    """Build the dataset in ``out``; returns the stats (also in ``out/stats.json``)."""
+    _check_config(cfg)
+    out = Path(out)
+    manifest = input_manifest(cfg)
+    _prepare_out(out, force)
+    previous = out / MANIFEST
+    if not force and previous.is_file() and json.loads(previous.read_text()).get("inputs") == manifest:
+        log(f"{out}: up to date (same inputs as the finished run recorded in {MANIFEST}); nothing to do")
+        return json.loads((out / "stats.json").read_text())
+
+    partial = out / ".partial"
+    shutil.rmtree(partial, ignore_errors=True)  # what an interrupted run left
+    partial.mkdir()
+    load_tokenizer(cfg.encoder_json, cfg.vocab_bpe)  # fail early, in the parent, with a clear message
+    dictionary_lookup(cfg.dict_txt, vocab_size(cfg.encoder_json))
+
+    stats: dict[str, SourceStats] = defaultdict(SourceStats)
+    for spec in cfg.sources:
+        stats[spec.name]  # every source gets a row, even one that yields nothing
+    skips: list[Skipped] = []
+    no_abstract: list[str] = []  # papers kept whole as body: reported, not fatal
+    seen: set[bytes] = set()
+    writer = _SplitWriter(partial, dictionary_size(cfg.dict_txt))
+    bpe_args = (str(cfg.encoder_json), str(cfg.vocab_bpe), str(cfg.dict_txt))
+    ctx = multiprocessing.get_context("spawn")  # tokenizers' Rust threads and fork do not mix
+    pool = ctx.Pool(cfg.workers, _init_worker, bpe_args) if cfg.workers > 1 else None
+    if pool is None:
+        _init_worker(*bpe_args)
+    papers = open(partial / "papers.jsonl", "w", encoding="utf-8")
+    read_bar = tqdm(desc="read", unit=" docs", position=0)
+    token_bar = tqdm(desc="tokenize+write", unit="B", unit_scale=True, position=1)
+    try:
+        def kept_documents() -> Iterator[tuple[Document, bytes]]:
+            for item in iter_items(cfg, pool):
+                read_bar.update()
+                if isinstance(item, Skipped):
+                    stats[item.source].skipped += 1
+                    skips.append(item)
+                    continue
+                st = stats[item.source]
+                st.read += 1
+                text = item.text.strip()
+                digest = hashlib.sha1(text.encode("utf-8")).digest()
+                if digest in seen:
+                    st.duplicate += 1
+                    continue
+                seen.add(digest)
+                if _unit(digest, b"sample") >= cfg.fractions.get(item.source, 1.0):
+                    st.sampled_out += 1
+                    continue
+                if item.paper is not None:
+                    if item.paper.abstract is None:
+                        no_abstract.append(item.origin)
+                    papers.write(json.dumps({"source": item.source, "file": item.origin, **asdict(item.paper)},
+                                            ensure_ascii=False) + "\n")
+                yield item, digest
+
+        # Chunks of batches go to the pool together: results come back in order, and
+        # memory holds one chunk of texts however large the corpus.
+        batches = _batched(kept_documents(), BATCH_DOCS)
+        while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
+            texts = [[doc.text for doc, _ in batch] for batch in chunk]
+            for batch, tokens in zip(chunk, (pool.imap if pool else map)(_tokenize, texts)):
+                for (doc, digest), paragraphs in zip(batch, tokens):
+                    token_bar.update(len(doc.text.encode("utf-8")))
+                    st = stats[doc.source]
+                    count = sum(len(p) for p in paragraphs)
+                    if count < max(cfg.min_tokens.get(doc.source, 1), 1):
+                        st.too_short += 1
+                        continue
+                    u = _unit(digest, b"split")
+                    split = "test" if u < cfg.test_fraction else (
+                        "valid" if u < cfg.test_fraction + cfg.valid_fraction else "train")
+                    writer.add_document(split, paragraphs)
+                    st.documents += 1
+                    st.tokens += count
+                    st.characters += len(doc.text)
+        writer.finalize()
+    finally:
+        read_bar.close()
+        token_bar.close()
+        papers.close()
+        if pool is not None:
+            pool.terminate()
+
+    shutil.copyfile(cfg.dict_txt, partial / "dict.txt")
+    result = {
+        "sources": {name: asdict(st) for name, st in stats.items()},
+        "splits": {s: {"documents": writer.documents[s], "tokens": writer.tokens[s]} for s in SPLITS},
+        "papers_without_abstract": no_abstract,
+        "skipped": {"count": len(skips), "by_reason": dict(Counter(_reason_kind(s.reason) for s in skips)),
+                    "examples": [asdict(s) for s in skips[:50]]},
+    }
+    (partial / "stats.json").write_text(json.dumps(result, indent=2))
+    # Publish: the old manifest goes first, the new one last, so a crash in between
+    # leaves a directory without prep.json, which is never taken for a finished run.
+    previous.unlink(missing_ok=True)
+    for path in partial.iterdir():
+        path.replace(out / path.name)
+    partial.rmdir()
+    (out / MANIFEST).write_text(json.dumps({"inputs": manifest, "splits": result["splits"]}, indent=2))
+    return result
+
+
+def _reason_kind(reason: str) -> str:
+    """Group skip reasons for the summary ("malformed JSON (...)" -> "malformed JSON")."""
+    return reason.split(" (", 1)[0]
+
+
+def stats_table(result: dict) -> str:
+    """The paper's Table 5 in spirit: tokens and average document length per source."""
+    rows = [("source", "documents", "tokens", "avg tokens/doc", "dropped: short/dup/sampled/bad")]
+    total_docs = total_tokens = 0
+    for name, st in result["sources"].items():
+        avg = st["tokens"] / st["documents"] if st["documents"] else 0
+        rows.append((name, f"{st['documents']:,}", f"{st['tokens']:,}", f"{avg:,.0f}",
+                     f"{st['too_short']}/{st['duplicate']}/{st['sampled_out']}/{st['skipped']}"))
+        total_docs += st["documents"]
+        total_tokens += st["tokens"]
+    rows.append(("total", f"{total_docs:,}", f"{total_tokens:,}",
+                 f"{total_tokens / total_docs if total_docs else 0:,.0f}", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in rows)

@@ -1,0 +1,123 @@
+"""Readers of long-document sources: text folders, JSONL, Wikipedia dumps and PDFs.
+
+Every reader yields :class:`Document` for what it could read and :class:`Skipped`
+(with the file, and the line where there is one) for what it could not, so one bad
+file never ends a run.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Union
+
+from .pdf_papers import Paper, PdfError, read_paper
+from .wikitext import iter_wiki_pages
+
+KINDS = ("txt", "jsonl", "wiki", "pdf")
+_SUFFIXES = {"txt": (".txt",), "jsonl": (".jsonl",), "wiki": (".xml", ".xml.bz2"), "pdf": (".pdf",)}
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One named input: ``--source NAME=KIND:PATH``."""
+
+    name: str
+    kind: str
+    path: Path
+    text_field: str = "text"
+
+    @classmethod
+    def parse(cls, text: str) -> "SourceSpec":
+        name, sep, rest = text.partition("=")
+        kind, sep2, path = rest.partition(":")
+        if not sep or not sep2 or not name or kind not in KINDS or not path:
+            raise ValueError(f"--source: expected NAME=KIND:PATH with KIND one of {', '.join(KINDS)}, got {text!r}")
+        return cls(name, kind, Path(path))
+
+    def files(self) -> list[Path]:
+        """The files of this source, sorted (a folder is searched recursively)."""
+        if not self.path.exists():
+            raise FileNotFoundError(f"--source {self.name}: {self.path} does not exist")
+        if self.path.is_file():
+            return [self.path]
+        suffixes = _SUFFIXES[self.kind]
+        return sorted(p for p in self.path.rglob("*") if p.is_file() and p.name.lower().endswith(suffixes))
+
+
+@dataclass
+class Document:
+    source: str
+    title: str
+    text: str  # paragraphs separated by newlines
+    paper: Paper | None = field(default=None, repr=False)
+    origin: str = ""  # file (and line) it came from
+
+
+@dataclass(frozen=True)
+class Skipped:
+    source: str
+    origin: str
+    reason: str
+
+
+Item = Union[Document, Skipped]
+
+
+def read_txt(spec: SourceSpec, path: Path) -> Iterator[Item]:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        yield Skipped(spec.name, str(path), f"not UTF-8 text (byte {err.start})")
+        return
+    except OSError as err:
+        yield Skipped(spec.name, str(path), f"unreadable ({err.strerror})")
+        return
+    yield Document(spec.name, path.stem, text, origin=str(path))
+
+
+def read_jsonl(spec: SourceSpec, path: Path) -> Iterator[Item]:
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            origin = f"{path}:{number}"
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield Skipped(spec.name, origin, "not UTF-8 text")
+                continue
+            except json.JSONDecodeError as err:
+                yield Skipped(spec.name, origin, f"malformed JSON ({err.msg})")
+                continue
+            text = record.get(spec.text_field) if isinstance(record, dict) else None
+            if not isinstance(text, str):
+                yield Skipped(spec.name, origin, f"no string field {spec.text_field!r}")
+                continue
+            title = record.get("title") if isinstance(record.get("title"), str) else ""
+            yield Document(spec.name, title, text, origin=origin)
+
+
+def read_wiki(spec: SourceSpec, path: Path) -> Iterator[Item]:
+    try:
+        for title, text in iter_wiki_pages(path):
+            yield Document(spec.name, title, text, origin=f"{path}#{title}")
+    except EOFError:
+        yield Skipped(spec.name, str(path), "truncated .bz2 (pages before the damage were kept)")
+    except (ET.ParseError, OSError) as err:
+        yield Skipped(spec.name, str(path), f"broken XML or compression ({str(err)[:80]}; earlier pages kept)")
+
+
+def read_pdf(spec: SourceSpec, path: Path) -> Item:
+    """One PDF; run in worker processes (extraction is the slow part)."""
+    try:
+        paper = read_paper(path)
+    except PdfError as err:
+        return Skipped(spec.name, str(path), str(err))
+    text = "\n".join(part for part in (paper.abstract, paper.body) if part)
+    return Document(spec.name, paper.title, text, paper=paper, origin=str(path))
+
+
+READERS = {"txt": read_txt, "jsonl": read_jsonl, "wiki": read_wiki}

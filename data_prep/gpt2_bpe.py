@@ -1,0 +1,58 @@
+"""GPT-2 byte-level BPE, as RoBERTa uses it, with ids mapped to a fairseq ``dict.txt``.
+
+Encoding is HF ``tokenizers`` (Rust). RoBERTa's ``dict.txt`` lists GPT-2 ids (as
+strings) in model order after fairseq's four specials, so a lookup table turns GPT-2
+ids into model ids; GPT-2 ids missing from the dictionary become ``<unk>``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+FAIRSEQ_SPECIALS = 4  # <s> <pad> </s> <unk>
+EOS, UNK = 2, 3
+
+
+class BpeError(ValueError):
+    """The BPE files or the dictionary are unusable."""
+
+
+def load_tokenizer(encoder_json: Path, vocab_bpe: Path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    for path in (encoder_json, vocab_bpe):
+        if not Path(path).is_file():
+            raise BpeError(f"{path}: not found (GPT-2's encoder.json and vocab.bpe are needed)")
+    try:
+        model = models.BPE.from_file(str(encoder_json), str(vocab_bpe))
+    except Exception as err:  # the Rust side reports parse errors as generic exceptions
+        raise BpeError(f"{encoder_json} / {vocab_bpe}: not a GPT-2 BPE ({err})") from None
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def dictionary_lookup(dict_txt: Path, gpt2_vocab_size: int) -> np.ndarray:
+    """``lut[gpt2_id] = fairseq id`` (``<unk>`` where the dictionary lacks the id)."""
+    if not Path(dict_txt).is_file():
+        raise BpeError(f"{dict_txt}: not found (the model's fairseq dict.txt)")
+    lut = np.full(gpt2_vocab_size, UNK, dtype=np.int64)
+    for index, line in enumerate(Path(dict_txt).read_text(encoding="utf-8").splitlines()):
+        symbol = line.rsplit(" ", 1)[0]
+        if symbol.isdigit() and int(symbol) < gpt2_vocab_size:
+            lut[int(symbol)] = FAIRSEQ_SPECIALS + index
+        elif not symbol.startswith("madeupword") and symbol != "<mask>" and not symbol.isdigit():
+            raise BpeError(f"{dict_txt}:{index + 1}: {symbol!r} is not a GPT-2 id; is this RoBERTa's dict.txt?")
+    return lut
+
+
+def vocab_size(encoder_json: Path) -> int:
+    return max(json.loads(Path(encoder_json).read_text(encoding="utf-8")).values()) + 1
+
+
+def dictionary_size(dict_txt: Path) -> int:
+    return FAIRSEQ_SPECIALS + sum(1 for _ in Path(dict_txt).open(encoding="utf-8"))

@@ -1,0 +1,82 @@
+"""``longformer-fs prep docs``: long-document corpora as fairseq masked-LM datasets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+
+def _named(kind):
+    def parse(text: str):
+        name, sep, value = text.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+        try:
+            return name, kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a valid {kind.__name__}") from None
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Read long documents from named sources (folders of .txt files, .jsonl files, Wikipedia XML dumps, "
+        "PDF papers), drop exact duplicates, sample and filter each source, tokenize with GPT-2 byte-level "
+        "BPE mapped to the model's dict.txt, and write train/valid/test in fairseq's format with document "
+        "boundaries kept (blank-line convention: sample_break_mode=complete_doc works). Also writes "
+        "stats.json (a per-source table) and papers.jsonl ({source, title, abstract, body} of every PDF). "
+        "Bad files are reported and skipped. Rerunning with the same inputs does nothing.")
+    parser.add_argument("--source", dest="sources", action="append", required=True, metavar="NAME=KIND:PATH",
+                        help="an input, repeatable; KIND is txt (folder of .txt, one document per file), jsonl, "
+                             "wiki (.xml or .xml.bz2 dump) or pdf (file or folder); e.g. realnews=jsonl:rn.jsonl")
+    parser.add_argument("--text-field", action="append", default=[], type=_named(str), metavar="NAME=FIELD",
+                        help="the JSONL field holding the text of source NAME (default: text)")
+    parser.add_argument("--min-tokens", action="append", default=[], type=_named(int), metavar="NAME=N",
+                        help="drop documents of source NAME shorter than N tokens (paper: realnews=1200)")
+    parser.add_argument("--fraction", action="append", default=[], type=_named(float), metavar="NAME=F",
+                        help="keep this fraction of source NAME's documents (paper: realnews=0.333)")
+    parser.add_argument("--encoder-json", type=Path, required=True, help="GPT-2's encoder.json")
+    parser.add_argument("--vocab-bpe", type=Path, required=True, help="GPT-2's vocab.bpe")
+    parser.add_argument("--dict", type=Path, required=True, help="the model's fairseq dict.txt (RoBERTa's)")
+    parser.add_argument("--valid-fraction", type=float, default=0.01, help="share of documents for valid")
+    parser.add_argument("--test-fraction", type=float, default=0.01, help="share of documents for test")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes for PDF extraction and tokenizing (default: all cores)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+
+
+def main(args: argparse.Namespace) -> int:
+    from data_prep.doc_corpus import DocPrepConfig, prepare_docs, stats_table
+    from data_prep.doc_sources import SourceSpec
+
+    fields = dict(args.text_field)
+    specs = []
+    for text in args.sources:
+        spec = SourceSpec.parse(text)
+        specs.append(SourceSpec(spec.name, spec.kind, spec.path, fields.get(spec.name, "text")))
+    cfg = DocPrepConfig(tuple(specs), args.encoder_json, args.vocab_bpe, args.dict, dict(args.min_tokens),
+                        dict(args.fraction), args.valid_fraction, args.test_fraction, args.workers)
+    start = time.perf_counter()
+    result = prepare_docs(cfg, args.out, args.force)
+    seconds = time.perf_counter() - start
+    print(stats_table(result))
+    splits = result["splits"]
+    print("splits: " + ", ".join(f"{s} {v['documents']:,} docs / {v['tokens']:,} tokens" for s, v in splits.items()))
+    if result["papers_without_abstract"]:
+        print(f"papers without an 'Abstract' heading (kept, whole text as body): "
+              f"{len(result['papers_without_abstract'])}")
+        for origin in result["papers_without_abstract"][:10]:
+            print(f"  {origin}")
+    skipped = result["skipped"]
+    if skipped["count"]:
+        print(f"skipped {skipped['count']}: " + ", ".join(f"{n} {r}" for r, n in skipped["by_reason"].items()))
+        for example in skipped["examples"][:10]:
+            print(f"  {example['origin']}: {example['reason']}")
+    else:
+        print("skipped 0")
+    print(f"{args.out}: done in {seconds:.1f} s (stats in {args.out / 'stats.json'})")
+    return 0
