@@ -28,6 +28,8 @@ COMMANDS = {
         "time and peak memory of every attention implementation against sequence length",
     ),
     "bench lm": ("longformer_fs.benchmarks.lm", "training throughput of longformer_lm_small vs transformer_lm"),
+    "bench prep-docs": ("longformer_fs.benchmarks.prep_docs",
+                        "end-to-end MB/s of prep docs on a generated corpus, per worker count"),
 }
 
 

@@ -83,3 +83,14 @@ def test_bench_lm_measures_both_models_and_the_phase5_step(tmp_path, capsys):
                                            / row["transformer_lm"]["chars_per_s"], rel=0.01)
     assert data["phase5"]["seq_len"] == 96 and data["phase5"]["step_s"] > 0
     assert "speedup" in capsys.readouterr().out
+
+
+def test_bench_prep_docs_times_every_worker_count_on_the_same_corpus(tmp_path, capsys):
+    code = main(["bench", "prep-docs", "--mb", "0.3", "--workers", "1", "--bpe-vocab", "400", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["text_bytes"] >= 300_000
+    run = data["runs"][0]
+    assert run["workers"] == 1 and run["tokens"] > 0
+    assert run["mb_per_s"] == pytest.approx(data["text_bytes"] / 1e6 / run["seconds"], rel=1e-6)
+    assert "MB/s/worker" in capsys.readouterr().out

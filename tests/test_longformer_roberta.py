@@ -69,7 +69,7 @@ def roberta(data, tmp_path_factory):
     run(BIN / "fairseq-train", data, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta", *TINY,
         "--max-positions", "128", "--tokens-per-sample", "128", "--sample-break-mode", "none",
         "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-3", "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16", "--max-update", "700", "--dropout", "0",
+        "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16", "--max-update", "1000", "--dropout", "0",
         "--attention-dropout", "0", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
         "--seed", "1", "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "100")
     (save / "checkpoint_last.pt").rename(save / "model.pt")

@@ -1,0 +1,104 @@
+"""``longformer-fs bench prep-docs``: end-to-end throughput of ``prep docs``.
+
+Generates a text corpus of ``--mb`` megabytes (JSONL documents of Zipf-distributed
+made-up words, in paragraphs), trains a small GPT-2-style byte-level BPE on a sample
+of it, then runs the whole preparation (read, dedup, tokenize, write) once per
+``--workers`` value, side by side. Reports MB of raw text per second and per worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mb", type=float, default=200, help="size of the generated corpus in MB of text")
+    parser.add_argument("--workers", type=_int_list, default=[1, 2], help="worker counts to compare, e.g. 1,2")
+    parser.add_argument("--bpe-vocab", type=int, default=8000, help="size of the BPE trained for the run")
+    parser.add_argument("--out", type=Path, default=Path("bench_out/prep_docs"), help="work and results directory")
+
+
+def generate_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
+    """JSONL of documents (paragraphs of 40-120 words); returns the text bytes written."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
+    vocab = ["".join(rng.choice(letters, rng.integers(2, 10))) for _ in range(20000)]
+    target, written = int(megabytes * 1e6), 0
+    with open(path, "w", encoding="utf-8") as out:
+        while written < target:
+            words = np.minimum(rng.zipf(1.2, size=int(rng.integers(800, 3000))), len(vocab)) - 1
+            cuts = np.cumsum(rng.integers(40, 120, size=len(words) // 40 + 1))
+            paragraphs = [" ".join(vocab[w] for w in chunk) for chunk in np.split(words, cuts[cuts < len(words)])]
+            text = "\n".join(p for p in paragraphs if p)
+            out.write(json.dumps({"text": text}) + "\n")
+            written += len(text.encode("utf-8"))
+    return written
+
+
+def train_bpe(corpus: Path, directory: Path, vocab_size: int, sample_bytes: int = 5_000_000) -> None:
+    """GPT-2-style encoder.json / vocab.bpe and a dict.txt (ids by frequency) from a sample."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from data_prep.gpt2_bpe import load_tokenizer
+
+    sample, size = [], 0
+    with open(corpus, encoding="utf-8") as lines:
+        for line in lines:
+            sample.append(json.loads(line)["text"])
+            size += len(sample[-1])
+            if size > sample_bytes:
+                break
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator(sample, vocab_size=vocab_size, show_progress=False)
+    trainer.save_model(str(directory))
+    (directory / "vocab.json").replace(directory / "encoder.json")
+    (directory / "merges.txt").replace(directory / "vocab.bpe")
+    tokenizer = load_tokenizer(directory / "encoder.json", directory / "vocab.bpe")
+    counts = Counter(i for enc in tokenizer.encode_batch(sample) for i in enc.ids)
+    for i in range(vocab_size):  # every BPE id in the dictionary, as in RoBERTa's
+        counts.setdefault(i, 0)
+    (directory / "dict.txt").write_text("".join(f"{i} {c}\n" for i, c in counts.most_common()))
+
+
+def main(args: argparse.Namespace) -> int:
+    from data_prep.doc_corpus import DocPrepConfig, prepare_docs
+    from data_prep.doc_sources import SourceSpec
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    corpus = args.out / "corpus.jsonl"
+    start = time.perf_counter()
+    text_bytes = generate_corpus(corpus, args.mb)
+    print(f"generated {text_bytes / 1e6:.0f} MB of text in {time.perf_counter() - start:.0f} s")
+    train_bpe(corpus, args.out, args.bpe_vocab)
+
+    rows = []
+    for workers in args.workers:
+        out = args.out / f"bin-w{workers}"
+        shutil.rmtree(out, ignore_errors=True)
+        cfg = DocPrepConfig((SourceSpec("bench", "jsonl", corpus),), args.out / "encoder.json",
+                            args.out / "vocab.bpe", args.out / "dict.txt", workers=workers)
+        start = time.perf_counter()
+        stats = prepare_docs(cfg, out, log=lambda *_: None)
+        seconds = time.perf_counter() - start
+        tokens = sum(s["tokens"] for s in stats["splits"].values())
+        rows.append({"workers": workers, "seconds": seconds, "mb_per_s": text_bytes / 1e6 / seconds,
+                     "mb_per_s_per_worker": text_bytes / 1e6 / seconds / workers, "tokens": tokens})
+    base = rows[0]["seconds"]
+    print(f"prep docs end to end on {text_bytes / 1e6:.0f} MB ({rows[0]['tokens']:,} tokens)")
+    print(f"{'workers':>8} {'seconds':>8} {'MB/s':>7} {'MB/s/worker':>12} {'speedup':>8}")
+    for r in rows:
+        print(f"{r['workers']:>8} {r['seconds']:>8.1f} {r['mb_per_s']:>7.2f} {r['mb_per_s_per_worker']:>12.2f} "
+              f"{base / r['seconds']:>8.2f}")
+    (args.out / "results.json").write_text(json.dumps({"text_bytes": text_bytes, "runs": rows}, indent=2))
+    return 0
