@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -114,15 +115,17 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
         vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
         for line in dict_path.read_text(encoding="utf-8").splitlines():
             symbol = line.rsplit(" ", 1)[0]
-            if symbol.isdigit() and int(symbol) in gpt2:
-                vocab.setdefault(gpt2[int(symbol)], len(vocab))
-            else:
-                vocab.setdefault(symbol, len(vocab))
+            vocab.setdefault(gpt2[int(symbol)] if symbol.isdigit() and int(symbol) in gpt2 else symbol, len(vocab))
         vocab.setdefault("<mask>", len(vocab))
-        tmp = out_dir / "vocab.json"
-        tmp.write_text(json.dumps(vocab, ensure_ascii=False))
-        tok = RobertaTokenizer(vocab_file=str(tmp), merges_file=str(source / "vocab.bpe"))
-        tok.save_pretrained(out_dir)
+        # Every BPE piece needs its own id for the merges that pass through it, and the
+        # model has ids only for the dictionary's: a partial dictionary cannot be exported.
+        missing = [piece for piece in gpt2.values() if piece not in vocab]
+        if missing:
+            raise ExportError(f"--dict: {dict_path} lacks {len(missing)} of the BPE's {len(gpt2)} pieces "
+                              f"(e.g. {missing[0]!r}); an HF tokenizer needs them all (RoBERTa's dict.txt has them)")
+        (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+        shutil.copyfile(source / "vocab.bpe", out_dir / "merges.txt")
+        RobertaTokenizer.from_pretrained(str(out_dir), local_files_only=True).save_pretrained(out_dir)
         return "gpt2-bpe+dict.txt"
     try:
         AutoTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
