@@ -252,16 +252,11 @@ def test_ids_round_trip_and_documents_stay_whole(prepared, corpus):
 
 
 def test_masked_lm_task_loads_it_and_complete_doc_blocks_stay_in_one_document(prepared):
-    from fairseq import tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.options import get_training_parser, parse_args_and_arch
+    from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
     out, _ = prepared
-    args = parse_args_and_arch(get_training_parser(), [str(out), "--task", "masked_lm", "--arch", "roberta_base",
-                                                        "--tokens-per-sample", "64", "--sample-break-mode",
-                                                        "complete_doc", "--cpu"])
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
+    task = MaskedLMTask.setup_task(MaskedLMConfig(data=str(out), tokens_per_sample=64,
+                                                  sample_break_mode="complete_doc", seed=1))
     task.load_dataset("train")
     dataset = task.dataset("train")
     assert len(dataset) > 0 and dataset[0]["net_input.src_tokens"][0] == task.source_dictionary.bos()
