@@ -27,7 +27,7 @@ import json
 import multiprocessing
 import os
 import shutil
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -228,9 +228,8 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     load_tokenizer(cfg.encoder_json, cfg.vocab_bpe)  # fail early, in the parent, with a clear message
     dictionary_lookup(cfg.dict_txt, vocab_size(cfg.encoder_json))
 
-    stats: dict[str, SourceStats] = defaultdict(SourceStats)
-    for spec in cfg.sources:
-        stats[spec.name]  # every source gets a row, even one that yields nothing
+    # Every source gets a row, even one that yields nothing.
+    stats: dict[str, SourceStats] = {spec.name: SourceStats() for spec in cfg.sources}
     skips: list[Skipped] = []
     no_abstract: list[str] = []  # papers kept whole as body: reported, not fatal
     seen: set[bytes] = set()

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs

@@ -54,6 +54,7 @@ class FairseqLongformerAttention(LongformerSelfAttention):
 
     def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None,
                 **unused):
+        """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
         if attn_mask is not None:
             raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
         if key is not None and key is not query:
