@@ -222,7 +222,8 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
     const auto pos = position<scalar_t>(pq, tab);
     at::parallel_for(0, prep.problem.num_items(), 1, [&](int64_t begin, int64_t end) {
       lfs::PositionGrads<scalar_t> dpos{{nullptr, 0, 0, 0}, nullptr};
-      if (relative) dpos = {s4<scalar_t>(dpq), dtab[at::get_thread_num()].data_ptr<scalar_t>()};
+      // Pointer arithmetic, not dtab[i]: no ATen calls inside the parallel region.
+      if (relative) dpos = {s4<scalar_t>(dpq), dtab.data_ptr<scalar_t>() + at::get_thread_num() * dtab.stride(0)};
       lfs::band_backward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k),
                                        s4<const scalar_t>(v), pos, s4<const scalar_t>(dout),
                                        s3<const scalar_t>(lse), s3<const scalar_t>(delta), s4<scalar_t>(dq),
