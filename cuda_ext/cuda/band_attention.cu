@@ -168,6 +168,20 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Geometry g, const In*
 
 // --------------------------------------------------------------------------- backward
 
+// The backward's recomputation for one (query, key) pair from staged rows:
+// prob = exp(q.k - lse) (q already scaled) and grad = prob * (dout.v - delta).
+template <typename Acc>
+__device__ __forceinline__ void pair_backward(const Acc* q, const Acc* dout, const Acc* k, const Acc* v, int dim,
+                                              Acc lse, Acc delta, Acc& prob, Acc& grad) {
+  Acc dot = Acc(0), dp = Acc(0);
+  for (int e = 0; e < dim; ++e) {
+    dot += q[e] * k[e];
+    dp += dout[e] * v[e];
+  }
+  prob = exp(dot - lse);
+  grad = prob * (dp - delta);
+}
+
 // dQ for a tile of queries: dQ_i = scale * sum_j P_ij (dP_ij - delta_i) K_j.
 template <typename In, typename Acc>
 __global__ void __launch_bounds__(kThreads) dq_kernel(Geometry g, const In* q, const In* k, const In* v, Strides in,
@@ -206,15 +220,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Geometry g, const In* q, c
 #pragma unroll
     for (int c = 0; c < kTile / kLanes; ++c) {
       const int col = lane + c * kLanes;
-      Acc grad = Acc(0);
-      if (live && !isinf(row_lse) && key_allowed(g, p, m, j0 + col)) {
-        Acc dot = Acc(0), dp = Acc(0);
-        for (int e = 0; e < dim; ++e) {
-          dot += sq[row * ld + e] * sk[col * ld + e];
-          dp += sdo[row * ld + e] * sv[col * ld + e];
-        }
-        grad = exp(dot - row_lse) * (dp - row_delta);
-      }
+      Acc prob = Acc(0), grad = Acc(0);
+      if (live && !isinf(row_lse) && key_allowed(g, p, m, j0 + col))
+        pair_backward(sq + row * ld, sdo + row * ld, sk + col * ld, sv + col * ld, dim, row_lse, row_delta, prob,
+                      grad);
       sds[row * (kTile + 1) + col] = grad;
     }
     __syncwarp();
@@ -281,15 +290,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Geometry g, const In* q,
       const int qi = lane + c * kLanes;
       const int64_t m = m0 + qi;
       Acc prob = Acc(0), grad = Acc(0);
-      if (m < p.n && !isinf(s_lse[qi]) && key_allowed(g, p, m, j)) {
-        Acc dot = Acc(0), dp = Acc(0);
-        for (int e = 0; e < dim; ++e) {
-          dot += sq[qi * ld + e] * sk[row * ld + e];
-          dp += sdo[qi * ld + e] * sv[row * ld + e];
-        }
-        prob = exp(dot - s_lse[qi]);
-        grad = prob * (dp - s_delta[qi]);
-      }
+      if (m < p.n && !isinf(s_lse[qi]) && key_allowed(g, p, m, j))
+        pair_backward(sq + qi * ld, sdo + qi * ld, sk + row * ld, sv + row * ld, dim, s_lse[qi], s_delta[qi], prob,
+                      grad);
       sp[qi * (kTile + 1) + row] = prob;
       sds[qi * (kTile + 1) + row] = grad;
     }
