@@ -10,13 +10,13 @@ counterpart, so such models are refused.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
 import torch
 
 from ..modules.per_layer import layer_values
+from .roberta import encoder_layers, model_config
 
 # fairseq key (with {i} for the layer) -> HF key, for every tensor of LongformerForMaskedLM.
 _EMBEDDINGS = {
@@ -107,22 +107,22 @@ def hf_config(args, state: dict, windows: list[int]):
 def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
     """Save an HF tokenizer for the model's ids: from an HF tokenizer directory as is, or
     from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through fairseq's ``dict.txt``
-    (which lists GPT-2 ids in model order after fairseq's 4 specials)."""
+    (the same mapping as ``prep docs``: :func:`data_prep.gpt2_bpe.dictionary_lookup`)."""
     from transformers import AutoTokenizer, RobertaTokenizer
 
     if (source / "encoder.json").is_file() and (source / "vocab.bpe").is_file():
+        from data_prep.gpt2_bpe import UNK, dictionary_lookup, dictionary_size, vocab_size
+
         gpt2 = {int(i): tok for tok, i in json.loads((source / "encoder.json").read_text()).items()}
-        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-        for line in dict_path.read_text(encoding="utf-8").splitlines():
-            symbol = line.rsplit(" ", 1)[0]
-            vocab.setdefault(gpt2[int(symbol)] if symbol.isdigit() and int(symbol) in gpt2 else symbol, len(vocab))
-        vocab.setdefault("<mask>", len(vocab))
+        model_id = dictionary_lookup(dict_path, vocab_size(source / "encoder.json"))
         # Every BPE piece needs its own id for the merges that pass through it, and the
         # model has ids only for the dictionary's: a partial dictionary cannot be exported.
-        missing = [piece for piece in gpt2.values() if piece not in vocab]
+        missing = [piece for i, piece in sorted(gpt2.items()) if model_id[i] == UNK]
         if missing:
             raise ExportError(f"--dict: {dict_path} lacks {len(missing)} of the BPE's {len(gpt2)} pieces "
                               f"(e.g. {missing[0]!r}); an HF tokenizer needs them all (RoBERTa's dict.txt has them)")
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": UNK, **{piece: int(model_id[i]) for i, piece in gpt2.items()},
+                 "<mask>": dictionary_size(dict_path)}  # masked_lm adds <mask> after the dictionary
         (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
         shutil.copyfile(source / "vocab.bpe", out_dir / "merges.txt")
         RobertaTokenizer.from_pretrained(str(out_dir), local_files_only=True).save_pretrained(out_dir)
@@ -143,14 +143,13 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
     state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
-    cfg = state.get("cfg")
-    args = cfg["model"] if cfg is not None else state.get("args")
+    args = model_config(state)
     name = getattr(args, "_name", None) or getattr(args, "arch", None)
     if not str(name).startswith("longformer_roberta"):
         raise ExportError(f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta "
                           "(convert RoBERTa first with `longformer-fs convert-roberta`)")
     weights = state["model"]
-    layers = len({m.group(1) for k in weights if (m := re.match(r"encoder\.sentence_encoder\.layers\.(\d+)\.", k))})
+    layers = encoder_layers(weights)
     windows = check_exportable(args, layers)
 
     model = LongformerForMaskedLM(hf_config(args, weights, windows))

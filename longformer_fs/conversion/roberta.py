@@ -26,6 +26,7 @@ from ..modules.per_layer import layer_values
 POSITIONS_KEY = "embed_positions.weight"
 SENTENCE_ENCODER = "encoder.sentence_encoder."
 GLOBAL_PROJECTIONS = (("q_proj", "q_proj_global"), ("k_proj", "k_proj_global"), ("v_proj", "v_proj_global"))
+_LAYER_QUERY = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.self_attn\.q_proj\.weight$")
 _LOCAL_PROJECTION = re.compile(r"^(?P<layer>.*\.self_attn\.)(?P<proj>[qkv]_proj)\.(?P<param>weight|bias)$")
 
 
@@ -84,17 +85,21 @@ def check_roberta_like(state_dict: dict, model_name: str | None) -> int:
         problems.append(f"no learned position table ({SENTENCE_ENCODER + POSITIONS_KEY})")
     if "encoder.lm_head.dense.weight" not in state_dict:
         problems.append("no masked-LM head (encoder.lm_head)")
-    layers = {int(m.group(1)) for k in state_dict
-              if (m := re.match(r"encoder\.sentence_encoder\.layers\.(\d+)\.self_attn\.q_proj\.weight$", k))}
+    layers = encoder_layers(state_dict)
     if not layers:
         problems.append("no encoder self-attention layers (encoder.sentence_encoder.layers.N.self_attn)")
     if problems:
         found = f" (model: {model_name})" if model_name else ""
         raise NotRobertaError("checkpoint: not a fairseq RoBERTa-like encoder" + found + ": " + "; ".join(problems))
-    return len(layers)
+    return layers
 
 
-def _model_config(state: dict):
+def encoder_layers(state_dict: dict) -> int:
+    """How many encoder layers (with self-attention) a RoBERTa-style state dict holds."""
+    return len({m.group(1) for k in state_dict if (m := _LAYER_QUERY.match(k))})
+
+
+def model_config(state: dict):
     """The checkpoint's model settings: an argparse.Namespace (old RoBERTa) or a DictConfig."""
     cfg = state.get("cfg")
     if cfg is not None and cfg.get("model") is not None:
@@ -136,7 +141,7 @@ def convert_roberta(src: Path, out_dir: Path, max_positions: int = 4096, window:
         state = checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))
     except Exception as err:  # pickle, zip or torch errors: report the file, not the stack
         raise NotRobertaError(f"checkpoint: {ckpt} could not be read as a fairseq checkpoint ({err})") from None
-    model_cfg = _model_config(state)
+    model_cfg = model_config(state)
     if model_cfg is None or "model" not in state:
         raise NotRobertaError(f"checkpoint: {ckpt} has no model config and weights; is it a fairseq checkpoint?")
     model_name = _get(model_cfg, "_name") or _get(model_cfg, "arch")
