@@ -225,8 +225,8 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     partial = out / ".partial"
     shutil.rmtree(partial, ignore_errors=True)  # what an interrupted run left
     partial.mkdir()
-    load_tokenizer(cfg.encoder_json, cfg.vocab_bpe)  # fail early, in the parent, with a clear message
-    dictionary_lookup(cfg.dict_txt, vocab_size(cfg.encoder_json))
+    bpe_args = (str(cfg.encoder_json), str(cfg.vocab_bpe), str(cfg.dict_txt))
+    _init_worker(*bpe_args)  # in the parent too: bad BPE files fail here, and workers=1 runs in-process
 
     # Every source gets a row, even one that yields nothing.
     stats: dict[str, SourceStats] = {spec.name: SourceStats() for spec in cfg.sources}
@@ -234,11 +234,8 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     no_abstract: list[str] = []  # papers kept whole as body: reported, not fatal
     seen: set[bytes] = set()
     writer = _SplitWriter(partial, dictionary_size(cfg.dict_txt))
-    bpe_args = (str(cfg.encoder_json), str(cfg.vocab_bpe), str(cfg.dict_txt))
     ctx = multiprocessing.get_context("spawn")  # tokenizers' Rust threads and fork do not mix
     pool = ctx.Pool(cfg.workers, _init_worker, bpe_args) if cfg.workers > 1 else None
-    if pool is None:
-        _init_worker(*bpe_args)
     papers = open(partial / "papers.jsonl", "w", encoding="utf-8")
     read_bar = tqdm(desc="read", unit=" docs", position=0)
     token_bar = tqdm(desc="tokenize+write", unit="B", unit_scale=True, position=1)
