@@ -8,7 +8,9 @@ ids into model ids; GPT-2 ids missing from the dictionary become ``<unk>``.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -56,3 +58,24 @@ def vocab_size(encoder_json: Path) -> int:
 
 def dictionary_size(dict_txt: Path) -> int:
     return FAIRSEQ_SPECIALS + sum(1 for _ in Path(dict_txt).open(encoding="utf-8"))
+
+
+def train_bpe(texts: Sequence[str], directory: Path, size: int):
+    """Write a GPT-2-style ``encoder.json``/``vocab.bpe`` trained on ``texts`` and a
+    RoBERTa-style ``dict.txt`` (every BPE id, most frequent first) into ``directory``;
+    returns the tokenizer. For tests and benchmarks, where GPT-2's files cannot be fetched.
+    """
+    from tokenizers import ByteLevelBPETokenizer
+
+    directory = Path(directory)
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator(texts, vocab_size=size, min_frequency=2, show_progress=False)
+    trainer.save_model(str(directory))
+    (directory / "vocab.json").replace(directory / "encoder.json")
+    (directory / "merges.txt").replace(directory / "vocab.bpe")
+    tokenizer = load_tokenizer(directory / "encoder.json", directory / "vocab.bpe")
+    counts = Counter(i for encoding in tokenizer.encode_batch(list(texts)) for i in encoding.ids)
+    for i in range(tokenizer.get_vocab_size()):
+        counts.setdefault(i, 0)
+    (directory / "dict.txt").write_text("".join(f"{i} {c}\n" for i, c in counts.most_common()))
+    return tokenizer

@@ -5,7 +5,6 @@ import bz2
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
-from data_prep.gpt2_bpe import FAIRSEQ_SPECIALS, load_tokenizer
+from data_prep.gpt2_bpe import FAIRSEQ_SPECIALS, train_bpe
 from data_prep.pdf_papers import read_paper
 from data_prep.wikitext import iter_wiki_pages, strip_markup
 
@@ -131,21 +130,6 @@ def documents_text(seed, n, words=120):
     return [" ".join(rng.choice(vocab, words)) + ".\n" + " ".join(rng.choice(vocab, words // 2)) for _ in range(n)]
 
 
-def build_bpe(directory: Path, texts):
-    """A GPT-2-style encoder.json/vocab.bpe trained here, and a RoBERTa-style dict.txt."""
-    from tokenizers import ByteLevelBPETokenizer
-
-    trainer = ByteLevelBPETokenizer()
-    trainer.train_from_iterator(texts, vocab_size=300, min_frequency=2, show_progress=False)
-    trainer.save_model(str(directory))
-    (directory / "vocab.json").rename(directory / "encoder.json")
-    (directory / "merges.txt").rename(directory / "vocab.bpe")
-    tokenizer = load_tokenizer(directory / "encoder.json", directory / "vocab.bpe")
-    counts = Counter(i for t in texts for line in t.split("\n") for i in tokenizer.encode(line).ids)
-    (directory / "dict.txt").write_text("".join(f"{i} {c}\n" for i, c in counts.most_common()))
-    return tokenizer
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory, pdfs):
     d = tmp_path_factory.mktemp("docs")
@@ -168,8 +152,8 @@ def corpus(tmp_path_factory, pdfs):
     (d / "truncated.xml.bz2").write_bytes(bz2.compress(long_wiki[:cut].encode())
                                           + bz2.compress(long_wiki[cut:].encode())[:-40])
     every_text = books + news + [t for _, t in iter_wiki_pages(d / "wiki.xml")]
-    tokenizer = build_bpe(d, every_text + [read_paper(p).body for p in sorted(pdfs.glob("[int]*.pdf"))]
-                          + [read_paper(p).abstract or "" for p in sorted(pdfs.glob("[int]*.pdf"))])
+    papers = [read_paper(p) for p in sorted(pdfs.glob("[int]*.pdf"))]
+    tokenizer = train_bpe(every_text + [p.body for p in papers] + [p.abstract or "" for p in papers], d, 300)
     return d, tokenizer, books, news
 
 

@@ -12,7 +12,6 @@ import argparse
 import json
 import shutil
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +45,8 @@ def generate_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
     return written
 
 
-def train_bpe(corpus: Path, directory: Path, vocab_size: int, sample_bytes: int = 5_000_000) -> None:
-    """GPT-2-style encoder.json / vocab.bpe and a dict.txt (ids by frequency) from a sample."""
-    from tokenizers import ByteLevelBPETokenizer
-
-    from data_prep.gpt2_bpe import load_tokenizer
-
+def corpus_sample(corpus: Path, sample_bytes: int = 5_000_000) -> list[str]:
+    """The first documents of the corpus, about ``sample_bytes`` of text (to train the BPE on)."""
     sample, size = [], 0
     with open(corpus, encoding="utf-8") as lines:
         for line in lines:
@@ -59,28 +54,20 @@ def train_bpe(corpus: Path, directory: Path, vocab_size: int, sample_bytes: int 
             size += len(sample[-1])
             if size > sample_bytes:
                 break
-    trainer = ByteLevelBPETokenizer()
-    trainer.train_from_iterator(sample, vocab_size=vocab_size, show_progress=False)
-    trainer.save_model(str(directory))
-    (directory / "vocab.json").replace(directory / "encoder.json")
-    (directory / "merges.txt").replace(directory / "vocab.bpe")
-    tokenizer = load_tokenizer(directory / "encoder.json", directory / "vocab.bpe")
-    counts = Counter(i for enc in tokenizer.encode_batch(sample) for i in enc.ids)
-    for i in range(vocab_size):  # every BPE id in the dictionary, as in RoBERTa's
-        counts.setdefault(i, 0)
-    (directory / "dict.txt").write_text("".join(f"{i} {c}\n" for i, c in counts.most_common()))
+    return sample
 
 
 def main(args: argparse.Namespace) -> int:
     from data_prep.doc_corpus import DocPrepConfig, prepare_docs
     from data_prep.doc_sources import SourceSpec
+    from data_prep.gpt2_bpe import train_bpe
 
     args.out.mkdir(parents=True, exist_ok=True)
     corpus = args.out / "corpus.jsonl"
     start = time.perf_counter()
     text_bytes = generate_corpus(corpus, args.mb)
     print(f"generated {text_bytes / 1e6:.0f} MB of text in {time.perf_counter() - start:.0f} s")
-    train_bpe(corpus, args.out, args.bpe_vocab)
+    train_bpe(corpus_sample(corpus), args.out, args.bpe_vocab)
 
     rows = []
     for workers in args.workers:
