@@ -81,6 +81,15 @@ def convert(roberta, out, *extra):
     return run(BIN / "longformer-fs", "convert-roberta", roberta, "--out", out, "--max-positions", "512", *extra)
 
 
+@pytest.fixture(scope="module")
+def copied(roberta, tmp_path_factory):
+    """The converted model of the paper's recipe: copied positions, a 64-token window (w = 32,
+    as w = 256 is the paper's 512), 512 positions. Returns its model.pt."""
+    out = tmp_path_factory.mktemp("copy")
+    convert(roberta, out, "--window", "32")
+    return out / "model.pt"
+
+
 def load(path, data):
     from fairseq import checkpoint_utils
 
@@ -116,14 +125,13 @@ def test_converted_with_wide_window_equals_roberta(roberta, data, tmp_path):
     assert score(converted, task, blocks) == pytest.approx(score(original, task, blocks), abs=1e-6)
 
 
-def test_table6_copied_positions_keep_the_loss_random_ones_do_not(roberta, data, tmp_path):
-    convert(roberta, tmp_path / "copy", "--window", "32")  # 64-token window, as "w=256" is a 512 one
+def test_table6_copied_positions_keep_the_loss_random_ones_do_not(roberta, copied, data, tmp_path):
     convert(roberta, tmp_path / "random", "--window", "32", "--position-init", "random")
     original, task = load(roberta / "model.pt", data)
     n_tokens = 16 * 511
     RESULTS["RoBERTa, 128 tokens"] = score(original, task, valid_blocks(task, data, 128, n_tokens))
-    for name in ("random", "copy"):
-        model, _ = load(tmp_path / name / "model.pt", data)
+    for name, path in (("random", tmp_path / "random" / "model.pt"), ("copy", copied)):
+        model, _ = load(path, data)
         RESULTS[f"Longformer, {name} position embeddings, 512 tokens"] = score(
             model, task, valid_blocks(task, data, 512, n_tokens))
     base = RESULTS["RoBERTa, 128 tokens"]
@@ -142,12 +150,11 @@ def fairseq_validate(checkpoint, data):
     return float(json.loads(line.split("| valid | ", 1)[1])["valid_loss"])
 
 
-def test_continued_pretraining_with_the_recipe_lowers_valid_loss(roberta, data, tmp_path):
-    convert(roberta, tmp_path / "copy", "--window", "32")
+def test_continued_pretraining_with_the_recipe_lowers_valid_loss(copied, data, tmp_path):
     save = tmp_path / "run"
-    before = fairseq_validate(tmp_path / "copy" / "model.pt", data)
+    before = fairseq_validate(copied, data)
     run(BIN / "fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "mlm", "--config-name",
-        "longformer_base_4096", f"task.data={data}", f"checkpoint.finetune_from_model={tmp_path / 'copy/model.pt'}",
+        "longformer_base_4096", f"task.data={data}", f"checkpoint.finetune_from_model={copied}",
         f"checkpoint.save_dir={save}", "common.fp16=false", "common.cpu=true", "task.tokens_per_sample=512",
         "task.sample_break_mode=none", "model.max_positions=512", "model.attention_window='32'",
         "+model.encoder_layers=2", "+model.encoder_embed_dim=64", "+model.encoder_ffn_embed_dim=128",
@@ -158,21 +165,20 @@ def test_continued_pretraining_with_the_recipe_lowers_valid_loss(roberta, data, 
     after = fairseq_validate(save / "checkpoint_last.pt", data)
     assert after < before, (before, after)  # fairseq's own valid loss (bits), BERT-style masking
     # The same drop under the table's fixed masking.
-    copied, task = load(tmp_path / "copy" / "model.pt", data)
+    start, task = load(copied, data)
     trained, _ = load(save / "checkpoint_last.pt", data)
     blocks = valid_blocks(task, data, 512, 16 * 511)
     RESULTS["Longformer, copy, after 50 updates, 512 tokens"] = score(trained, task, blocks)
-    assert RESULTS["Longformer, copy, after 50 updates, 512 tokens"] < score(copied, task, blocks), RESULTS
+    assert RESULTS["Longformer, copy, after 50 updates, 512 tokens"] < score(start, task, blocks), RESULTS
     assert (save / "tensorboard").is_dir()
 
 
 @pytest.mark.parametrize("with_global", [False, True], ids=["local", "global-bos"])
-def test_hf_export_matches_our_logits(roberta, data, tmp_path, with_global):
+def test_hf_export_matches_our_logits(copied, data, tmp_path, with_global):
     from transformers import LongformerForMaskedLM
 
-    convert(roberta, tmp_path / "copy", "--window", "32")
-    run(BIN / "longformer-fs", "export-hf", tmp_path / "copy" / "model.pt", "--out", tmp_path / "hf")
-    ours, task = load(tmp_path / "copy" / "model.pt", data)
+    run(BIN / "longformer-fs", "export-hf", copied, "--out", tmp_path / "hf")
+    ours, task = load(copied, data)
     theirs = LongformerForMaskedLM.from_pretrained(tmp_path / "hf", local_files_only=True).eval()
     assert theirs.config.attention_window == [64, 64]
     blocks = valid_blocks(task, data, 512, 2 * 511)
