@@ -1,4 +1,4 @@
-# longformer-fs: set-up, tests and (later) training recipes.
+# longformer-fs: set-up, tests, the demo and the paper's training recipes.
 #
 #   make demo      the main job: the 5-phase character-LM recipe at toy scale on a
 #                  generated corpus (no download; about 2 minutes on 2 cores)

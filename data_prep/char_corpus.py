@@ -20,19 +20,17 @@ made from what; a second run with the same inputs does nothing).
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 import urllib.error
 import urllib.request
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
-SPLITS = ("train", "valid", "test")
-MANIFEST = "prep.json"
-FORMAT_VERSION = 1
+from .fairseq_dataset import NUM_SPECIALS, SPLITS, UNK, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
+
 ITEM_TOKENS = 1 << 20  # fairseq items of 1M tokens; break_mode=none joins them back
 
 
@@ -61,10 +59,6 @@ CORPORA = {
 }
 
 
-class PrepError(ValueError):
-    """A problem with the user's input; the message says what to do."""
-
-
 def file_digest(path: Path, algorithm: str) -> str:
     h = hashlib.new(algorithm)
     with open(path, "rb") as f:
@@ -75,8 +69,6 @@ def file_digest(path: Path, algorithm: str) -> str:
 
 def download(url: str, dest: Path, timeout: float = 30.0) -> None:
     """Fetch ``url`` to ``dest`` with a progress bar; a clear error when offline."""
-    from tqdm import tqdm
-
     tmp = dest.with_suffix(dest.suffix + ".part")
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
@@ -122,53 +114,24 @@ def split_bounds(n_bytes: int, sizes: tuple[int, int, int]) -> list[tuple[int, i
     return bounds
 
 
-def write_split(tokens: np.ndarray, prefix: Path, progress) -> None:
-    """One fairseq mmap dataset of 1M-token items (no eos), written in chunks."""
-    from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
-
-    import torch
-
-    builder = MMapIndexedDatasetBuilder(str(prefix) + ".bin", dtype=tokens.dtype.type)
+def write_split(tokens: np.ndarray, prefix: Path, vocab_size: int, progress) -> None:
+    """One fairseq mmap dataset of 1M-token items (no eos)."""
+    writer = MmapWriter(prefix, vocab_size)
     for start in range(0, len(tokens), ITEM_TOKENS):
         chunk = tokens[start:start + ITEM_TOKENS]
-        builder.add_item(torch.from_numpy(chunk.astype(np.int64)))
+        writer.add(chunk)
         progress.update(len(chunk))
-    builder.finalize(str(prefix) + ".idx")
+    writer.finalize()
 
 
 def build_dictionary(train: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Byte -> token id lookup (fairseq order: 4 specials, then bytes by count)."""
+    """Byte -> token id lookup (fairseq order: the specials, then bytes by count)."""
     counts = np.bincount(train, minlength=256)
     seen = [(int(b), int(counts[b])) for b in np.argsort(-counts, kind="stable") if counts[b] > 0]
-    lookup = np.full(256, 3, dtype=np.uint16)  # <unk> = 3 in fairseq's Dictionary
+    lookup = np.full(256, UNK, dtype=np.uint16)
     for index, (byte, _) in enumerate(seen):
-        lookup[byte] = 4 + index
+        lookup[byte] = NUM_SPECIALS + index
     return lookup, seen
-
-
-def _ours(name: str, zip_name: str) -> set[str]:
-    outputs = {f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx")}
-    return outputs | {"dict.txt", MANIFEST, zip_name, zip_name + ".part"}
-
-
-def manifest_matches(out: Path, manifest: dict) -> dict | None:
-    """The manifest in ``out`` when it records exactly these inputs, else None."""
-    try:
-        previous = json.loads((out / MANIFEST).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return previous if {k: previous.get(k) for k in manifest} == manifest else None
-
-
-def already_prepared(out: Path, manifest: dict, zip_name: str, force: bool) -> bool:
-    """True when ``out`` holds exactly this preparation; an error when it holds other files."""
-    if not out.exists():
-        return False
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in _ours(manifest["corpus"], zip_name))
-    if foreign and not force:
-        raise PrepError(f"--out: {out} holds files this command did not write ({', '.join(foreign[:5])}); "
-                        f"choose another directory or pass --force")
-    return not force and manifest_matches(out, manifest) is not None
 
 
 def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing: bool = False,
@@ -185,35 +148,33 @@ def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing
         raise PrepError(f"--zip: {zip_path} does not exist; download {corpus.url} or pass --download")
     sizes = tuple(split_sizes) if split_sizes else corpus.split_sizes
     stat = zip_path.stat()
-    manifest = {"format": FORMAT_VERSION, "corpus": name, "zip": str(zip_path.resolve()),
-                "zip_size": stat.st_size, "zip_mtime_ns": stat.st_mtime_ns, "split_sizes": list(sizes),
-                "verified": verify}
-    if already_prepared(out, manifest, zip_path.name, force):
+    inputs = {"zip": str(zip_path.resolve()), "zip_size": stat.st_size, "zip_mtime_ns": stat.st_mtime_ns,
+              "split_sizes": list(sizes), "verified": verify}
+    guard_out_dir(out, _outputs() | {zip_path.name, zip_path.name + ".part"}, force)
+    previous = None if force else finished_manifest(out, name, inputs)
+    if previous is not None:
         print(f"{out}: {name} is already prepared from {zip_path}; nothing to do")
-        return json.loads((out / MANIFEST).read_text())
+        return previous
 
     data = np.frombuffer(read_corpus(corpus, zip_path, verify), dtype=np.uint8)
-    return write_dataset(data, out, sizes, manifest)
+    return write_dataset(data, out, sizes, name, inputs)
 
 
-def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], manifest: dict) -> dict:
-    """Split ``data`` (uint8 bytes) in file order and binarize it into ``out``."""
-    from tqdm import tqdm
+def _outputs() -> set[str]:
+    return {f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx")} | {"dict.txt"}
 
+
+def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], kind: str, inputs: dict) -> dict:
+    """Split ``data`` (uint8 bytes) in file order and binarize it into ``out``; returns the manifest."""
     bounds = split_bounds(len(data), sizes)
     lookup, seen = build_dictionary(data[bounds[0][0]:bounds[0][1]])
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # written last: its presence means "complete"
-    (out / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
-
+    staging = Staging(out)
+    (staging.dir / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
     unknown = {}
-    with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {manifest['corpus']}") as progress:
+    with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {kind}") as progress:
         for split, (lo, hi) in zip(SPLITS, bounds):
             tokens = lookup[data[lo:hi]]
-            unknown[split] = int((tokens == 3).sum())
-            write_split(tokens, out / split, progress)
-
-    manifest = dict(manifest, tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds)},
-                    vocab_bytes=len(seen), unknown_tokens=unknown)
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    return manifest
+            unknown[split] = int((tokens == UNK).sum())
+            write_split(tokens, staging.dir / split, NUM_SPECIALS + len(seen), progress)
+    return staging.publish(kind, inputs, corpus=kind, tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds)},
+                           vocab_bytes=len(seen), unknown_tokens=unknown)

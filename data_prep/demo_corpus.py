@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .char_corpus import manifest_matches, write_dataset
+from .char_corpus import write_dataset
+from .fairseq_dataset import finished_manifest
 
 ALPHABET = b"abcdefghijklmnopqrstuvwxyz "
 
@@ -29,12 +30,11 @@ def generate(num_docs: int = 1200, period: int = 48, repeats: int = 4, seed: int
 def prepare_demo(out: Path, num_docs: int = 1200, period: int = 48, repeats: int = 4, seed: int = 0) -> dict:
     """Generate and binarize the demo corpus into ``out`` (80/10/10 split); idempotent."""
     out = Path(out)
-    manifest = {"format": 1, "corpus": "demo", "num_docs": num_docs, "period": period, "repeats": repeats,
-                "seed": seed}
-    previous = manifest_matches(out, manifest)
+    inputs = {"num_docs": num_docs, "period": period, "repeats": repeats, "seed": seed}
+    previous = finished_manifest(out, "demo", inputs)
     if previous is not None:
         return previous
     data = generate(num_docs, period, repeats, seed)
     doc = period * repeats
     valid = test = (num_docs // 10) * doc
-    return write_dataset(data, out, (len(data) - valid - test, valid, test), manifest)
+    return write_dataset(data, out, (len(data) - valid - test, valid, test), "demo", inputs)

@@ -36,16 +36,11 @@ import numpy as np
 from tqdm import tqdm
 
 from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
-from .gpt2_bpe import EOS, dictionary_lookup, dictionary_size, load_tokenizer, vocab_size
+from .fairseq_dataset import EOS, SPLITS, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
+from .gpt2_bpe import dictionary_lookup, dictionary_size, load_tokenizer, vocab_size
 
-FORMAT_VERSION = 1
-MANIFEST = "prep.json"
-SPLITS = ("train", "valid", "test")
+KIND = "docs"
 BATCH_DOCS = 64  # documents per tokenizer task
-
-
-class PrepError(ValueError):
-    """A problem with the inputs or the output directory (reported without a traceback)."""
 
 
 @dataclass(frozen=True)
@@ -135,30 +130,24 @@ def iter_items(cfg: DocPrepConfig, pool) -> Iterator[Item]:
 
 
 class _SplitWriter:
-    """fairseq mmap datasets for the three splits, written item by item."""
+    """The three splits, written document by document."""
 
     def __init__(self, directory: Path, dict_size: int):
-        from fairseq.data import indexed_dataset
-
-        self.directory = directory
-        self.builders = {s: indexed_dataset.make_builder(str(directory / f"{s}.bin"), impl="mmap",
-                                                        vocab_size=dict_size) for s in SPLITS}
+        self.writers = {s: MmapWriter(directory / s, dict_size) for s in SPLITS}
         self.tokens = Counter()
         self.documents = Counter()
 
     def add_document(self, split: str, paragraphs: list[np.ndarray]) -> None:
-        import torch
-
-        builder = self.builders[split]
+        writer = self.writers[split]
         for ids in paragraphs:
-            builder.add_item(torch.from_numpy(np.append(ids, EOS)))
-        builder.add_item(torch.tensor([EOS]))  # the document boundary
+            writer.add(np.append(ids, EOS))
+        writer.add(np.array([EOS]))  # the document boundary
         self.tokens[split] += sum(len(p) for p in paragraphs)
         self.documents[split] += 1
 
     def finalize(self) -> None:
-        for split, builder in self.builders.items():
-            builder.finalize(str(self.directory / f"{split}.idx"))
+        for writer in self.writers.values():
+            writer.finalize()
 
 
 def input_manifest(cfg: DocPrepConfig) -> dict:
@@ -168,7 +157,6 @@ def input_manifest(cfg: DocPrepConfig) -> dict:
         return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
     return {
-        "format": FORMAT_VERSION,
         "sources": [{"name": s.name, "kind": s.kind, "path": str(s.path.resolve()), "text_field": s.text_field,
                      "files": [stamp(p) for p in s.files()]} for s in cfg.sources],
         "bpe": [stamp(Path(p)) for p in (cfg.encoder_json, cfg.vocab_bpe, cfg.dict_txt)],
@@ -197,34 +185,19 @@ def _check_config(cfg: DocPrepConfig) -> None:
         raise PrepError(f"--workers: must be >= 1, got {cfg.workers}")
 
 
-def _prepare_out(out: Path, force: bool) -> None:
-    if not out.exists():
-        out.mkdir(parents=True)
-        return
-    if not out.is_dir():
-        raise PrepError(f"--out: {out} is a file")
-    ours = {MANIFEST, "dict.txt", "stats.json", "papers.jsonl", ".partial"} | {
-        f"{s}.{e}" for s in SPLITS for e in ("bin", "idx")}
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours)
-    if foreign and not force:
-        raise PrepError(f"--out: {out} holds other files ({', '.join(foreign[:5])}); choose an empty directory "
-                        "or pass --force")
-
-
 def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) -> dict:
     """Build the dataset in ``out``; returns the stats (also in ``out/stats.json``)."""
     _check_config(cfg)
     out = Path(out)
-    manifest = input_manifest(cfg)
-    _prepare_out(out, force)
-    previous = out / MANIFEST
-    if not force and previous.is_file() and json.loads(previous.read_text()).get("inputs") == manifest:
-        log(f"{out}: up to date (same inputs as the finished run recorded in {MANIFEST}); nothing to do")
+    inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
+    outputs = {"dict.txt", "stats.json", "papers.jsonl"} | {f"{s}.{e}" for s in SPLITS for e in ("bin", "idx")}
+    guard_out_dir(out, outputs, force)
+    if not force and finished_manifest(out, KIND, inputs) is not None:
+        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
         return json.loads((out / "stats.json").read_text())
 
-    partial = out / ".partial"
-    shutil.rmtree(partial, ignore_errors=True)  # what an interrupted run left
-    partial.mkdir()
+    staging = Staging(out)
+    partial = staging.dir
     bpe_args = (str(cfg.encoder_json), str(cfg.vocab_bpe), str(cfg.dict_txt))
     _init_worker(*bpe_args)  # in the parent too: bad BPE files fail here, and workers=1 runs in-process
 
@@ -302,13 +275,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
                     "examples": [asdict(s) for s in skips[:50]]},
     }
     (partial / "stats.json").write_text(json.dumps(result, indent=2))
-    # Publish: the old manifest goes first, the new one last, so a crash in between
-    # leaves a directory without prep.json, which is never taken for a finished run.
-    previous.unlink(missing_ok=True)
-    for path in partial.iterdir():
-        path.replace(out / path.name)
-    partial.rmdir()
-    (out / MANIFEST).write_text(json.dumps({"inputs": manifest, "splits": result["splits"]}, indent=2))
+    staging.publish(KIND, inputs, splits=result["splits"])
     return result
 
 

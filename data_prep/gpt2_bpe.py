@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers
 
-FAIRSEQ_SPECIALS = 4  # <s> <pad> </s> <unk>
-EOS, UNK = 2, 3
+from .fairseq_dataset import NUM_SPECIALS, UNK
 
 
 class BpeError(ValueError):
@@ -23,8 +23,6 @@ class BpeError(ValueError):
 
 
 def load_tokenizer(encoder_json: Path, vocab_bpe: Path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     for path in (encoder_json, vocab_bpe):
         if not Path(path).is_file():
             raise BpeError(f"{path}: not found (GPT-2's encoder.json and vocab.bpe are needed)")
@@ -46,7 +44,7 @@ def dictionary_lookup(dict_txt: Path, gpt2_vocab_size: int) -> np.ndarray:
     for index, line in enumerate(Path(dict_txt).read_text(encoding="utf-8").splitlines()):
         symbol = line.rsplit(" ", 1)[0]
         if symbol.isdigit() and int(symbol) < gpt2_vocab_size:
-            lut[int(symbol)] = FAIRSEQ_SPECIALS + index
+            lut[int(symbol)] = NUM_SPECIALS + index
         elif not symbol.startswith("madeupword") and symbol != "<mask>" and not symbol.isdigit():
             raise BpeError(f"{dict_txt}:{index + 1}: {symbol!r} is not a GPT-2 id; is this RoBERTa's dict.txt?")
     return lut
@@ -57,7 +55,7 @@ def vocab_size(encoder_json: Path) -> int:
 
 
 def dictionary_size(dict_txt: Path) -> int:
-    return FAIRSEQ_SPECIALS + sum(1 for _ in Path(dict_txt).open(encoding="utf-8"))
+    return NUM_SPECIALS + sum(1 for _ in Path(dict_txt).open(encoding="utf-8"))
 
 
 def train_bpe(texts: Sequence[str], directory: Path, size: int):
@@ -65,8 +63,6 @@ def train_bpe(texts: Sequence[str], directory: Path, size: int):
     RoBERTa-style ``dict.txt`` (every BPE id, most frequent first) into ``directory``;
     returns the tokenizer. For tests and benchmarks, where GPT-2's files cannot be fetched.
     """
-    from tokenizers import ByteLevelBPETokenizer
-
     directory = Path(directory)
     trainer = ByteLevelBPETokenizer()
     trainer.train_from_iterator(texts, vocab_size=size, min_frequency=2, show_progress=False)

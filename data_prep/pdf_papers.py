@@ -22,6 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pypdf import PdfReader
+from pypdf.errors import PdfReadError
+
 _PAGE_NUMBER = re.compile(r"^\s*(page\s*)?\d+(\s*(of|/)\s*\d+)?\s*$", re.I)
 _ABSTRACT = re.compile(r"^\s*abstract\s*(?:[-\u2013\u2014:.]\s*)?(?P<rest>.*)$", re.I)
 _INTRO = re.compile(r"^\s*(?:(?:\d+|[ivxlc]+)\s*[.):]?\s+)?introduction\s*$", re.I)
@@ -95,9 +98,6 @@ def split_paper(lines: list[str], title: str) -> Paper:
 
 def read_paper(path: Path) -> Paper:
     """Extract one paper; raises :class:`PdfError` with the reason when it cannot."""
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
     try:
         reader = PdfReader(str(path))
         if reader.is_encrypted and not reader.decrypt(""):

@@ -1,4 +1,4 @@
-"""Independent float64 oracle for Longformer attention, written from DESIGN.md §3.
+"""Independent float64 oracle for Longformer attention, written from docs/design.md §1.
 
 Deliberately naive: one query row at a time, key sets built by explicit Python
 conditions, no code shared with ``longformer_fs``. Slow; use tiny shapes.

@@ -11,7 +11,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes" / "char_lm"
 
-# Paper, Appendix A (DESIGN.md section 6), written out independently of the YAML.
+# Paper, Appendix A (docs/design.md §4), written out independently of the YAML.
 PAPER = {
     "seq": [2048, 4096, 8192, 16384, 23040],
     "batch": [32, 32, 16, 16, 16],

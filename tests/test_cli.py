@@ -36,7 +36,7 @@ def test_console_script_is_installed():
     assert result.returncode == 0 and "info" in result.stdout and "bench" in result.stdout
 
 
-def test_bench_attention_writes_table_json_plot_and_targets(tmp_path, capsys):
+def test_bench_attention_writes_table_json_and_plot(tmp_path, capsys):
     from longformer_fs.attention import available_backends
 
     impls = ["chunks", "reference", "sdpa", "sdpa-band"] + (["kernel"] if "kernel" in available_backends() else [])
@@ -53,9 +53,7 @@ def test_bench_attention_writes_table_json_plot_and_targets(tmp_path, capsys):
         assert r["fwd_ms"] > 0 and r["fwd_bwd_ms"] > 0 and r["peak_mib"] > 0
     variants = {r["variant"] for r in data["results"] if r["part"] == "variants"}
     assert variants == {"bidir d=1", "causal d=1", "bidir d=2", "bidir d=3"}
-    if "kernel" in impls:
-        names = [t["target"] for t in data["targets"]]
-        assert any("causal" in n for n in names) and any("dilation 2" in n for n in names)
+    assert "targets" not in data and "MISS" not in out  # targets live in docs/benchmarks.md, not in user output
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -94,12 +94,9 @@ def test_relative_layer_rejects_bad_shapes():
         RelativeBandSelfAttention(12, 3, 2, dropout=1.5)
 
 
-def test_fairseq_model_dilation_pattern():
-    from argparse import Namespace
+def test_dilation_pattern():
+    from longformer_fs.modules.per_layer import dilation_pattern
 
-    from longformer_fs.models.longformer_lm import dilation_pattern
-
-    cfg = Namespace(decoder_layers=3, decoder_attention_heads=4, attention_dilations="1,2,4", dilated_heads=2)
-    assert dilation_pattern(cfg) == ((1, 1, 1, 1), (1, 1, 2, 2), (1, 1, 4, 4))
+    assert dilation_pattern("1,2,4", 3, 4, 2) == ((1, 1, 1, 1), (1, 1, 2, 2), (1, 1, 4, 4))
     with pytest.raises(ValueError, match="dilated-heads"):
-        dilation_pattern(Namespace(**{**vars(cfg), "dilated_heads": 5}))
+        dilation_pattern("1,2,4", 3, 4, 5)

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_prep.char_corpus import PrepError, prepare
+from data_prep.char_corpus import prepare
+from data_prep.fairseq_dataset import PrepError
 from longformer_fs.cli import main
 
 SIZES = (3000, 400, 350)

@@ -13,7 +13,8 @@ import pytest
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
-from data_prep.gpt2_bpe import FAIRSEQ_SPECIALS, train_bpe
+from data_prep.fairseq_dataset import NUM_SPECIALS
+from data_prep.gpt2_bpe import train_bpe
 from data_prep.pdf_papers import read_paper
 from data_prep.wikitext import iter_wiki_pages, strip_markup
 
@@ -224,7 +225,7 @@ def test_ids_round_trip_and_documents_stay_whole(prepared, corpus):
     decoded = []
     for split in ("train", "valid", "test"):
         for doc in read_documents(out, split):
-            paragraphs = [tokenizer.decode([symbols[i - FAIRSEQ_SPECIALS] for i in p]) for p in doc]
+            paragraphs = [tokenizer.decode([symbols[i - NUM_SPECIALS] for i in p]) for p in doc]
             decoded.append("\n".join(paragraphs))
     expected = books + news[40:]
     for text in expected:
@@ -305,7 +306,7 @@ def test_clear_errors(corpus, tmp_path):
         (["--source", "x=csv:/tmp"], "NAME=KIND:PATH"),
         (["--source", f"x=txt:{tmp_path / 'missing'}"], "does not exist"),
         (["--source", f"x=txt:{d / 'books'}", "--fraction", "y=0.5"], "no source named y"),
-        (["--source", f"x=txt:{d / 'books'}", "--out", tmp_path / "used"], "holds other files"),
+        (["--source", f"x=txt:{d / 'books'}", "--out", tmp_path / "used"], "holds files this command did not write"),
     ]:
         cmd = [CLI, "prep", "docs", "--encoder-json", d / "encoder.json", "--vocab-bpe", d / "vocab.bpe",
                "--dict", d / "dict.txt", "--workers", "1"]

@@ -1,7 +1,7 @@
 // Index math of the dilated sliding window, shared by the CPU and CUDA kernels.
 //
 // Mirrors longformer_fs/attention/band.py (tests compare the two). Notation as in
-// DESIGN.md §3: w is the one-sided window, d a head's dilation, W = 2w+1 (w+1 causal)
+// docs/design.md §1: w is the one-sided window, d a head's dilation, W = 2w+1 (w+1 causal)
 // band columns, column c of query i holds key i + d*(c - w).
 //
 // The kernels never walk the dilated band directly: a (w, d) window on a sequence is an

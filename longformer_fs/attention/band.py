@@ -1,6 +1,6 @@
 """Index math of the dilated sliding window: the one Python reference.
 
-Notation (DESIGN.md §3): ``w`` is the one-sided window, ``d`` a head's dilation. Query
+Notation (docs/design.md §1): ``w`` is the one-sided window, ``d`` a head's dilation. Query
 ``i`` sees keys ``j = i + d*k`` for ``k`` in ``[-w, w]`` (``[-w, 0]`` when causal) that
 fall inside ``[0, T)``. In banded storage, scores are kept as ``(..., T, W)`` with
 ``W = 2w + 1`` (``w + 1`` causal) and column ``c`` holds key ``i + d*(c - w)``.

@@ -14,7 +14,7 @@ from .softmax import masked_softmax_with_lse
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Scores and softmax run in fp32 at least (fp16 scores overflow; DESIGN.md §3)."""
+    """Scores and softmax run in fp32 at least (fp16 scores overflow; docs/design.md §1)."""
     return torch.promote_types(dtype, torch.float32)
 
 

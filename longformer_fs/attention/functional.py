@@ -1,6 +1,6 @@
 """Functional Longformer attention: :func:`banded_attention`.
 
-Semantics (DESIGN.md §3): query ``i`` of head ``h`` attends to keys ``i + d_h * k``,
+Semantics (docs/design.md §1): query ``i`` of head ``h`` attends to keys ``i + d_h * k``,
 ``k`` in ``[-w, w]`` (``[-w, 0]`` when causal), inside ``[0, T)`` and not padded.
 Softmax runs in fp32 (or fp64) whatever the input dtype; padded query rows give 0.
 """

@@ -1,6 +1,6 @@
 """``LongformerSelfAttention``: sliding-window self-attention with global tokens.
 
-Semantics (DESIGN.md §3), for a sequence with global tokens ``G``:
+Semantics (docs/design.md §1), for a sequence with global tokens ``G``:
 
 - a local row attends to its band (global keys removed from it) plus every global key,
   in one softmax, through the local ``k``/``v`` projections;

@@ -5,7 +5,7 @@ and relative positions with a content bias ``u`` and a position bias ``v``:
 
     score(i, j) = (q_i + u) . k_j + (q_i + v) . W_R R[i - j]
 
-In band layout ``R[i - j]`` depends only on the band column (DESIGN.md §3), so the
+In band layout ``R[i - j]`` depends only on the band column (docs/design.md §1), so the
 position term is a ``(H, W, D)`` table, never T x T.
 """
 

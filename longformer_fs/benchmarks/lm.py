@@ -11,10 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import types
 from pathlib import Path
 
 import torch
+from fairseq.data import Dictionary
+from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
+from tqdm import tqdm
+
+from data_prep.fairseq_dataset import PAD
+from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+from longformer_fs.modules.per_layer import dilation_pattern, layer_values
+from longformer_fs.recipes import phase_settings
 
 from .measure import median_time, peak_memory_bytes
 
@@ -35,28 +45,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_out/lm"), help="directory for results.json")
 
 
-def longformer_small(phase: int, checkpoint: bool):
-    from longformer_fs.models.longformer_lm import dilation_pattern
-    from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
-    from longformer_fs.modules.per_layer import layer_values
+def longformer_small(phase: int, checkpoint: bool) -> tuple[LongformerDecoder, str]:
+    """``longformer_lm_small`` with the windows and dilations of recipe phase ``phase``."""
+    recipe = phase_settings("small", phase)
+    m = recipe.model
+    layers, heads = m["decoder_layers"], m["decoder_attention_heads"]
+    shape = DecoderShape(VOCAB, PAD, m["decoder_embed_dim"], m["decoder_ffn_embed_dim"], heads,
+                         layer_values(recipe.attention_windows, layers),
+                         dilation_pattern(m["attention_dilations"], layers, heads, m["dilated_heads"]))
+    model = LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).train()
+    return model, recipe.attention_windows
 
-    windows = f"{32 * 2 ** (phase - 1)}:{8192 * 2 ** (phase - 1)}"
-    cfg = types.SimpleNamespace(decoder_layers=12, decoder_attention_heads=8, dilated_heads=2,
-                                attention_dilations="1,1,1,1,1,1,2,2,3,3,4,4")
-    shape = DecoderShape(VOCAB, 1, 512, 2048, 8, layer_values(windows, 12), dilation_pattern(cfg))
-    return LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).train(), windows
 
-
-def transformer_lm(seq_len: int):
-    import longformer_fs  # noqa: F401  (imports fairseq quietly)
-    from fairseq.data import Dictionary
-    from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
-
+def transformer_lm(seq_len: int, model: dict):
+    """fairseq's ``transformer_lm`` as wide and deep as a char-LM size preset, full attention."""
     dictionary = Dictionary()
-    for i in range(VOCAB - 4):
+    for i in range(VOCAB - len(dictionary)):
         dictionary.add_symbol(f"0x{i:02x}")
-    args = argparse.Namespace(decoder_layers=12, decoder_embed_dim=512, decoder_ffn_embed_dim=2048,
-                              decoder_attention_heads=8, dropout=0.0, attention_dropout=0.0, activation_fn="gelu",
+    args = argparse.Namespace(decoder_layers=model["decoder_layers"], decoder_embed_dim=model["decoder_embed_dim"],
+                              decoder_ffn_embed_dim=model["decoder_ffn_embed_dim"],
+                              decoder_attention_heads=model["decoder_attention_heads"], dropout=0.0, attention_dropout=0.0, activation_fn="gelu",
                               decoder_normalize_before=True, tokens_per_sample=seq_len,
                               max_target_positions=seq_len, share_decoder_input_output_embed=True)
     base_lm_architecture(args)
@@ -86,9 +94,6 @@ def phase5_step(seq_len: int, threads: int) -> dict:
     The kernel's OOM killer ends a process that outgrows RAM without an exception, so
     the step runs apart and a kill is reported as a result.
     """
-    import subprocess
-    import sys
-
     code = (f"import json, torch; torch.set_num_threads({threads}); "
             f"from longformer_fs.benchmarks.lm import longformer_small, measure; "
             f"m, w = longformer_small(5, checkpoint=True); "
@@ -102,8 +107,6 @@ def phase5_step(seq_len: int, threads: int) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     ours, windows = longformer_small(args.phase, checkpoint=False)
@@ -111,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
     rows = []
     for seq_len in tqdm(args.seq_lens, desc="bench lm", unit="length"):
         row = {"seq_len": seq_len, "longformer_lm_small": measure(ours, seq_len, args.repeat)}
-        baseline = transformer_lm(seq_len)
+        baseline = transformer_lm(seq_len, phase_settings("small", args.phase).model)
         row["transformer_lm"] = measure(baseline, seq_len, args.repeat)
         del baseline
         rows.append(row)

@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 
 @contextlib.contextmanager
@@ -40,8 +41,6 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str = "cp
         fn()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - base
-
-    from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     with _quiet_native_stderr():

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep.doc_corpus import DocPrepConfig, prepare_docs
+from data_prep.doc_sources import SourceSpec
+from data_prep.gpt2_bpe import train_bpe
+
 
 def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
@@ -58,10 +62,6 @@ def corpus_sample(corpus: Path, sample_bytes: int = 5_000_000) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from data_prep.doc_corpus import DocPrepConfig, prepare_docs
-    from data_prep.doc_sources import SourceSpec
-    from data_prep.gpt2_bpe import train_bpe
-
     args.out.mkdir(parents=True, exist_ok=True)
     corpus = args.out / "corpus.jsonl"
     start = time.perf_counter()

@@ -1,1 +1,2 @@
-"""Small ``longformer-fs`` subcommands that are not benchmarks or data preparation."""
+"""``longformer-fs`` subcommands (other than ``bench``): each parses its arguments, calls
+the library (``data_prep``, ``conversion``, ``evaluation``) and prints the result."""

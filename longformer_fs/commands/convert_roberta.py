@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from longformer_fs.conversion.roberta import convert_roberta
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -28,9 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import longformer_fs  # noqa: F401  (fairseq, quietly, and the safe globals of old checkpoints)
-    from longformer_fs.conversion.roberta import convert_roberta
-
     report = convert_roberta(args.roberta, args.out, args.max_positions, args.window, args.position_init,
                              args.seed)
     if args.json:

@@ -15,32 +15,58 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import torch
+from matplotlib.figure import Figure
+from tqdm import tqdm
+
+from data_prep.demo_corpus import prepare_demo
+from longformer_fs.evaluation.char_lm import score_checkpoint
+from longformer_fs.recipes import RECIPES, char_lm_dir, phase_settings
+
 TOY_MODEL = ["model.decoder_layers=2", "model.decoder_embed_dim=64", "model.decoder_ffn_embed_dim=128",
              "model.decoder_attention_heads=4", "model.attention_dilations='1,2'", "model.dropout=0.0"]
+# Phase 1 at toy scale; later phases follow the recipes' ratios from here.
+TOY_SEQ, TOY_WINDOWS, TOY_LR, TOY_BATCH_DIVISOR = 32, (4, 64), 3e-3, 2
 
 
-def phase_overrides(phase: int, updates: int) -> list[str]:
-    """Toy scale of recipe phase ``phase``: the paper's ratios, smaller numbers."""
-    scale = 2 ** (phase - 1)
-    batch = 16 if phase <= 2 else 8  # the paper's 32, 32, 16, 16, 16, halved
-    return TOY_MODEL + [
-        f"task.tokens_per_sample={32 * scale}",
-        f"model.attention_windows={4 * scale}:{64 * scale}",
-        f"optimization.lr=[{3e-3 / scale}]",
-        f"optimization.max_update={updates}",
-        f"lr_scheduler.warmup_updates={max(1, updates // 10)}",
-        f"dataset.batch_size={batch}",
-        "dataset.num_workers=0",
-        "dataset.validate_interval_updates=20",
-        f"checkpoint.save_interval_updates={updates}",
-        "common.log_interval=20",
-    ]
+@dataclass(frozen=True)
+class ToyPhase:
+    """A recipe phase scaled down: the recipes' growth of windows (and sequences, which
+    grow with them), their learning-rate and batch ratios; smaller numbers."""
+
+    phase: int
+    seq: int
+    windows: tuple[int, int]
+    lr: float
+    batch_size: int
+
+    @classmethod
+    def of(cls, phase: int) -> "ToyPhase":
+        first, recipe = phase_settings("small", 1), phase_settings("small", phase)
+        growth = recipe.windows[0] // first.windows[0]
+        return cls(phase, TOY_SEQ * growth, (TOY_WINDOWS[0] * growth, TOY_WINDOWS[1] * growth),
+                   TOY_LR * recipe.lr / first.lr, recipe.batch_size // TOY_BATCH_DIVISOR)
+
+    def overrides(self, updates: int) -> list[str]:
+        return TOY_MODEL + [
+            f"task.tokens_per_sample={self.seq}",
+            f"model.attention_windows={self.windows[0]}:{self.windows[1]}",
+            f"optimization.lr=[{self.lr}]",
+            f"optimization.max_update={updates}",
+            f"lr_scheduler.warmup_updates={max(1, updates // 10)}",
+            f"dataset.batch_size={self.batch_size}",
+            "dataset.num_workers=0",
+            "dataset.validate_interval_updates=20",
+            f"checkpoint.save_interval_updates={updates}",
+            "common.log_interval=20",
+        ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,21 +77,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh", action="store_true", help="delete --out first instead of resuming")
 
 
-def run_phase(phase: int, updates: int, data: Path, ckpt: Path, log: Path) -> list[dict]:
+def run_phase(toy: ToyPhase, updates: int, data: Path, ckpt: Path, log: Path) -> list[dict]:
     """One recipe phase as its own fairseq-hydra-train process; returns its validation logs."""
-    cmd = [str(Path(sys.executable).parent / "fairseq-hydra-train"), "--config-dir", str(ROOT / "recipes/char_lm"),
+    phase = toy.phase
+    cmd = [str(Path(sys.executable).parent / "fairseq-hydra-train"), "--config-dir", str(char_lm_dir()),
            "--config-name", f"small_phase{phase}", f"task.data={data}",
            f"checkpoint.save_dir={ckpt / f'phase{phase}'}"]
     if phase > 1:
         cmd.append(f"checkpoint.finetune_from_model={ckpt / f'phase{phase - 1}' / 'checkpoint_last.pt'}")
-    import torch
-
     if not torch.cuda.is_available():
         cmd.append("common.cpu=true")
-    cmd += phase_overrides(phase, updates)
-    env = dict(os.environ, PWD=str(ROOT))  # the recipes find the plugin through ${oc.env:PWD}
+    cmd += toy.overrides(updates)
+    root = RECIPES.parent
+    env = dict(os.environ, PWD=str(root))  # the recipes find the plugin through ${oc.env:PWD}
     with open(log, "w") as f:
-        result = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+        result = subprocess.run(cmd, cwd=root, env=env, stdout=f, stderr=subprocess.STDOUT)
     if result.returncode != 0:
         raise RuntimeError(f"phase {phase} failed; see {log}")
     valid = []
@@ -76,19 +102,13 @@ def run_phase(phase: int, updates: int, data: Path, ckpt: Path, log: Path) -> li
 
 
 def evaluate(checkpoint: Path, data: Path, window: int, step: int) -> dict:
-    from longformer_fs.commands.eval_bpc import score_checkpoint
-
     result, _ = score_checkpoint(checkpoint, data, "test", window, step, batch_size=16, device="cpu")
     return {"test_bpc": result.bpc, "scored": result.scored}
 
 
 def plot(history: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
     offset = 0
     for entry in history:
         xs = [offset + int(v["valid_num_updates"]) for v in entry["valid"]]
@@ -103,21 +123,13 @@ def plot(history: list[dict], path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(args: argparse.Namespace) -> int:
-    import shutil
-
-    from tqdm import tqdm
-
-    from data_prep.demo_corpus import prepare_demo
-
     updates = [int(x) for x in args.updates.split(",")]
     if len(updates) != 5 or min(updates) < 1:
         raise ValueError(f"--updates: expected 5 positive counts, got {args.updates!r}")
-    if not (ROOT / "recipes" / "char_lm").is_dir():
-        raise FileNotFoundError(f"recipes: {ROOT / 'recipes/char_lm'} not found; run the demo from a checkout")
+    phases = [ToyPhase.of(phase) for phase in range(1, 6)]  # also checks that the recipes are there
     if args.fresh and args.out.exists():
         shutil.rmtree(args.out)
     out = args.out.resolve()
@@ -127,13 +139,14 @@ def main(args: argparse.Namespace) -> int:
 
     history = []
     start = time.perf_counter()
-    for phase in tqdm(range(1, 6), desc="demo phases", unit="phase"):
+    for toy, n_updates in tqdm(list(zip(phases, updates)), desc="demo phases", unit="phase"):
         t0 = time.perf_counter()
-        valid = run_phase(phase, updates[phase - 1], data, out / "checkpoints", out / "logs" / f"phase{phase}.log")
+        phase = toy.phase
+        valid = run_phase(toy, n_updates, data, out / "checkpoints", out / "logs" / f"phase{phase}.log")
         scores = evaluate(out / "checkpoints" / f"phase{phase}" / "checkpoint_last.pt", data, args.eval_window,
                           args.eval_step)
-        history.append({"phase": phase, "seq": 32 * 2 ** (phase - 1), "updates": updates[phase - 1],
-                        "windows": f"{4 * 2 ** (phase - 1)}-{64 * 2 ** (phase - 1)}", "lr": 3e-3 / 2 ** (phase - 1),
+        history.append({"phase": phase, "seq": toy.seq, "updates": n_updates,
+                        "windows": f"{toy.windows[0]}-{toy.windows[1]}", "lr": toy.lr,
                         "valid": valid, "valid_bpc": float(valid[-1]["valid_bpc"]) if valid else None,
                         "seconds": time.perf_counter() - t0, **scores})
 

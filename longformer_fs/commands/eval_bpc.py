@@ -6,10 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
+from tqdm import tqdm
+
+from longformer_fs.evaluation.char_lm import score_checkpoint
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    import torch
-
     parser.description = (
         "Bits per character with overlapping windows: each window of --window characters advances "
         "by --step and scores only its last --step characters (the first scores all it covers), so "
@@ -25,50 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
 
 
-def load(checkpoint: Path, data: Path, device: str):
-    from fairseq import checkpoint_utils
-
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)],
-                                                                       arg_overrides={"data": str(data)})
-    return models[0].to(device).eval(), task
-
-
-def read_split(task, data: Path, split: str):
-    import torch
-    from fairseq.data import data_utils
-
-    dataset = data_utils.load_indexed_dataset(str(data / split), task.source_dictionary, "mmap")
-    if dataset is None:
-        raise FileNotFoundError(f"--split: {data / split}.bin/.idx not found")
-    return torch.cat([dataset[i] for i in range(len(dataset))]).long()
-
-
-def score_checkpoint(checkpoint: Path, data: Path, split: str, window: int, step: int, batch_size: int,
-                     device: str, progress=lambda it: it):
-    """The protocol on one split; returns the result and the split's length (checked equal)."""
-    import torch
-
-    from longformer_fs.evaluation.sliding_window import sliding_window_bpc
-
-    model, task = load(checkpoint, data, device)
-    chars = read_split(task, data, split)
-
-    def log_probs(inputs):
-        with torch.no_grad():
-            logits = model(inputs.to(device))[0]
-        return torch.log_softmax(logits.float(), dim=-1).cpu()
-
-    result = sliding_window_bpc(log_probs, chars, task.source_dictionary.eos(), window, step, batch_size, progress)
-    if result.scored != len(chars):
-        raise RuntimeError(f"scored {result.scored} characters of {len(chars)}: the protocol is broken")
-    return result, len(chars)
-
-
 def main(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     result, n_chars = score_checkpoint(args.checkpoint, args.data, args.split, args.window, args.step,
                                        args.batch_size, args.device,
                                        lambda it: tqdm(list(it), desc="eval-bpc", unit="batch"))

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from longformer_fs.conversion.hf import export_hf
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -23,9 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import longformer_fs  # noqa: F401  (fairseq, quietly, and the safe globals of old checkpoints)
-    from longformer_fs.conversion.hf import export_hf
-
     report = export_hf(args.checkpoint, args.out, args.tokenizer, args.dict)
     if args.json:
         print(json.dumps(report, indent=2))

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import platform
+import json
+
+import torch
+
+from longformer_fs.attention.backends import AUTO_ORDER, BACKENDS, get_backend
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,10 +24,6 @@ def _version(dist: str) -> str:
 
 
 def collect() -> dict:
-    import torch
-
-    from longformer_fs.attention.backends import AUTO_ORDER, BACKENDS, get_backend
-
     backends = {
         name: {"available": b.available, "summary": b.summary, "reason": b.unavailable_reason()}
         for name, b in BACKENDS.items()
@@ -54,8 +55,6 @@ def collect() -> dict:
 def main(args: argparse.Namespace) -> int:
     report = collect()
     if args.json:
-        import json
-
         print(json.dumps(report, indent=2))
         return 0
     print("versions")

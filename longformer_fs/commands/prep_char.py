@@ -6,6 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
+from data_prep.char_corpus import prepare
+
 
 def _sizes(text: str) -> tuple[int, int, int]:
     try:
@@ -36,8 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from data_prep.char_corpus import prepare
-
     start = time.perf_counter()
     manifest = prepare(args.subcommand, args.out, args.zip, args.download, not args.skip_checksum,
                        args.split_sizes, args.force, args.url)

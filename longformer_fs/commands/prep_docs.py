@@ -8,6 +8,9 @@ import os
 import time
 from pathlib import Path
 
+from data_prep.doc_corpus import DocPrepConfig, prepare_docs, stats_table
+from data_prep.doc_sources import SourceSpec
+
 
 def _named(kind):
     def parse(text: str):
@@ -50,9 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from data_prep.doc_corpus import DocPrepConfig, prepare_docs, stats_table
-    from data_prep.doc_sources import SourceSpec
-
     fields = dict(args.text_field)
     specs = []
     for text in args.sources:

@@ -14,17 +14,24 @@ import shutil
 from pathlib import Path
 
 import torch
+from fairseq import checkpoint_utils
+from transformers import AutoTokenizer, LongformerConfig, LongformerForMaskedLM, RobertaTokenizer
 
+from data_prep.fairseq_dataset import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
+from data_prep.gpt2_bpe import dictionary_lookup, dictionary_size, vocab_size
+
+from ..models import longformer_roberta as layout
+from ..models.checkpoints import model_config, model_name
 from ..modules.per_layer import layer_values
-from .roberta import encoder_layers, model_config
 
-# fairseq key (with {i} for the layer) -> HF key, for every tensor of LongformerForMaskedLM.
+# fairseq key -> HF key, for every tensor of LongformerForMaskedLM.
 _EMBEDDINGS = {
-    "encoder.sentence_encoder.embed_tokens.weight": "longformer.embeddings.word_embeddings.weight",
-    "encoder.sentence_encoder.embed_positions.weight": "longformer.embeddings.position_embeddings.weight",
-    "encoder.sentence_encoder.layernorm_embedding.weight": "longformer.embeddings.LayerNorm.weight",
-    "encoder.sentence_encoder.layernorm_embedding.bias": "longformer.embeddings.LayerNorm.bias",
+    layout.TOKEN_EMBEDDINGS: "longformer.embeddings.word_embeddings.weight",
+    layout.POSITIONS: "longformer.embeddings.position_embeddings.weight",
+    layout.EMBEDDING_NORM + "weight": "longformer.embeddings.LayerNorm.weight",
+    layout.EMBEDDING_NORM + "bias": "longformer.embeddings.LayerNorm.bias",
 }
+# Inside layer i: fairseq module (under layout.LAYERS + "i.") -> HF module (under "longformer.encoder.layer.i.").
 _LAYER = {
     "self_attn.q_proj": "attention.self.query",
     "self_attn.k_proj": "attention.self.key",
@@ -39,12 +46,12 @@ _LAYER = {
     "final_layer_norm": "output.LayerNorm",
 }
 _HEAD = {
-    "encoder.lm_head.dense.weight": "lm_head.dense.weight",
-    "encoder.lm_head.dense.bias": "lm_head.dense.bias",
-    "encoder.lm_head.layer_norm.weight": "lm_head.layer_norm.weight",
-    "encoder.lm_head.layer_norm.bias": "lm_head.layer_norm.bias",
-    "encoder.lm_head.weight": "lm_head.decoder.weight",
-    "encoder.lm_head.bias": "lm_head.bias",
+    layout.LM_HEAD + "dense.weight": "lm_head.dense.weight",
+    layout.LM_HEAD + "dense.bias": "lm_head.dense.bias",
+    layout.LM_HEAD + "layer_norm.weight": "lm_head.layer_norm.weight",
+    layout.LM_HEAD + "layer_norm.bias": "lm_head.layer_norm.bias",
+    layout.LM_HEAD + "weight": "lm_head.decoder.weight",
+    layout.LM_HEAD + "bias": "lm_head.bias",
 }
 
 
@@ -71,22 +78,20 @@ def check_exportable(args, layers: int) -> list[int]:
 def hf_state_dict(state: dict, layers: int) -> dict:
     """fairseq ``longformer_roberta`` weights under HF ``LongformerForMaskedLM`` names."""
     out = {hf: state[fs] for fs, hf in {**_EMBEDDINGS, **_HEAD}.items()}
-    out["lm_head.decoder.bias"] = state["encoder.lm_head.bias"]
+    out["lm_head.decoder.bias"] = state[layout.LM_HEAD + "bias"]
     # RoBERTa has no token types: one all-zero type embedding adds nothing.
-    hidden = state["encoder.sentence_encoder.embed_tokens.weight"].shape[1]
+    hidden = state[layout.TOKEN_EMBEDDINGS].shape[1]
     out["longformer.embeddings.token_type_embeddings.weight"] = torch.zeros(1, hidden)
     for i in range(layers):
         for fs, hf in _LAYER.items():
             for param in ("weight", "bias"):
                 out[f"longformer.encoder.layer.{i}.{hf}.{param}"] = \
-                    state[f"encoder.sentence_encoder.layers.{i}.{fs}.{param}"]
+                    state[f"{layout.LAYERS}{i}.{fs}.{param}"]
     return {k: v.detach().clone().contiguous() for k, v in out.items()}
 
 
 def hf_config(args, state: dict, windows: list[int]):
-    from transformers import LongformerConfig
-
-    vocab, hidden = state["encoder.sentence_encoder.embed_tokens.weight"].shape
+    vocab, hidden = state[layout.TOKEN_EMBEDDINGS].shape
     return LongformerConfig(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -96,10 +101,10 @@ def hf_config(args, state: dict, windows: list[int]):
         hidden_act="gelu" if args.activation_fn == "gelu" else args.activation_fn,
         hidden_dropout_prob=args.dropout,
         attention_probs_dropout_prob=args.attention_dropout,
-        max_position_embeddings=state["encoder.sentence_encoder.embed_positions.weight"].shape[0],
+        max_position_embeddings=state[layout.POSITIONS].shape[0],
         type_vocab_size=1,
         layer_norm_eps=1e-5,  # fairseq's LayerNorm
-        pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2,
+        pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, sep_token_id=EOS,
         attention_window=[2 * w for w in windows],  # HF counts both sides
     )
 
@@ -108,11 +113,7 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
     """Save an HF tokenizer for the model's ids: from an HF tokenizer directory as is, or
     from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through fairseq's ``dict.txt``
     (the same mapping as ``prep docs``: :func:`data_prep.gpt2_bpe.dictionary_lookup`)."""
-    from transformers import AutoTokenizer, RobertaTokenizer
-
     if (source / "encoder.json").is_file() and (source / "vocab.bpe").is_file():
-        from data_prep.gpt2_bpe import UNK, dictionary_lookup, dictionary_size, vocab_size
-
         gpt2 = {int(i): tok for tok, i in json.loads((source / "encoder.json").read_text()).items()}
         model_id = dictionary_lookup(dict_path, vocab_size(source / "encoder.json"))
         # Every BPE piece needs its own id for the merges that pass through it, and the
@@ -121,7 +122,8 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
         if missing:
             raise ExportError(f"--dict: {dict_path} lacks {len(missing)} of the BPE's {len(gpt2)} pieces "
                               f"(e.g. {missing[0]!r}); an HF tokenizer needs them all (RoBERTa's dict.txt has them)")
-        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": UNK, **{piece: int(model_id[i]) for i, piece in gpt2.items()},
+        vocab = {**{symbol: index for index, symbol in enumerate(SPECIAL_SYMBOLS)},
+                 **{piece: int(model_id[i]) for i, piece in gpt2.items()},
                  "<mask>": dictionary_size(dict_path)}  # masked_lm adds <mask> after the dictionary
         (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
         shutil.copyfile(source / "vocab.bpe", out_dir / "merges.txt")
@@ -137,19 +139,17 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
 
 def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None) -> dict:
     """Write ``out_dir`` for ``LongformerForMaskedLM.from_pretrained``; returns a report."""
-    from fairseq import checkpoint_utils
-    from transformers import LongformerForMaskedLM
 
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
     state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
     args = model_config(state)
-    name = getattr(args, "_name", None) or getattr(args, "arch", None)
+    name = model_name(args)
     if not str(name).startswith("longformer_roberta"):
         raise ExportError(f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta "
                           "(convert RoBERTa first with `longformer-fs convert-roberta`)")
     weights = state["model"]
-    layers = encoder_layers(weights)
+    layers = layout.encoder_layers(weights)
     windows = check_exportable(args, layers)
 
     model = LongformerForMaskedLM(hf_config(args, weights, windows))
@@ -169,5 +169,5 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
             raise FileNotFoundError(f"--dict: {dict_path} does not exist (the model's fairseq dict.txt)")
         tokenizer_kind = _tokenizer(Path(tokenizer), dict_path, out_dir)
     return {"checkpoint": str(checkpoint), "output": str(out_dir), "layers": layers,
-            "attention_window_hf": [2 * w for w in windows], "vocab": weights[
-                "encoder.sentence_encoder.embed_tokens.weight"].shape[0], "tokenizer": tokenizer_kind}
+            "attention_window_hf": [2 * w for w in windows], "vocab": weights[layout.TOKEN_EMBEDDINGS].shape[0],
+            "tokenizer": tokenizer_kind}

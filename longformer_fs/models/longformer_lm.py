@@ -15,7 +15,7 @@ from fairseq.models import FairseqDecoder, FairseqLanguageModel, register_model,
 from fairseq.utils import safe_getattr
 
 from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
-from longformer_fs.modules.per_layer import layer_values
+from longformer_fs.modules.per_layer import dilation_pattern, layer_values
 
 
 @dataclass
@@ -42,22 +42,15 @@ class LongformerLMConfig(FairseqDataclass):
     max_target_positions: Optional[int] = field(default=None, metadata={"help": "longest sequence"})
 
 
-def dilation_pattern(cfg) -> tuple[tuple[int, ...], ...]:
-    """Per-layer, per-head dilations: the last ``dilated_heads`` heads get the layer's d."""
-    layers, heads = cfg.decoder_layers, cfg.decoder_attention_heads
-    values = layer_values(cfg.attention_dilations, layers, "attention dilations")  # same list syntax
-    if not 0 <= cfg.dilated_heads <= heads or min(values) < 1:
-        raise ValueError(f"--dilated-heads must be in [0, {heads}] and dilations >= 1")
-    return tuple((1,) * (heads - cfg.dilated_heads) + (d,) * cfg.dilated_heads for d in values)
-
-
 class LongformerLMDecoder(FairseqDecoder):
     def __init__(self, cfg, dictionary):
         super().__init__(dictionary)
         shape = DecoderShape(
             vocab_size=len(dictionary), padding_idx=dictionary.pad(), embed_dim=cfg.decoder_embed_dim,
             ffn_dim=cfg.decoder_ffn_embed_dim, num_heads=cfg.decoder_attention_heads,
-            windows=layer_values(cfg.attention_windows, cfg.decoder_layers), dilations=dilation_pattern(cfg))
+            windows=layer_values(cfg.attention_windows, cfg.decoder_layers),
+            dilations=dilation_pattern(cfg.attention_dilations, cfg.decoder_layers, cfg.decoder_attention_heads,
+                                       cfg.dilated_heads))
         self.max_target_positions = cfg.max_target_positions
         self.net = LongformerDecoder(shape, cfg.dropout, cfg.attention_dropout, cfg.checkpoint_activations,
                                      cfg.attention_backend)

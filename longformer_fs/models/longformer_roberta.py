@@ -14,6 +14,7 @@ every RoBERTa option available unchanged.
 from __future__ import annotations
 
 import logging
+import re
 
 import torch
 from fairseq.models import register_model, register_model_architecture
@@ -24,17 +25,34 @@ from fairseq.models.roberta.model import (
     roberta_large_architecture,
 )
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
 
 from ..attention import LongformerSelfAttention
-from ..conversion.roberta import GLOBAL_PROJECTIONS, POSITIONS_KEY, add_global_projections
 from ..modules.per_layer import layer_values
+from .checkpoints import add_global_projections, copy_global_projections, reserved_position_rows
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 256  # one side: the paper's 512-token window
 DEFAULT_MAX_POSITIONS = 4096
+
+# The state-dict layout (fairseq's RoBERTa keys, which this model keeps).
+SENTENCE_ENCODER = "encoder.sentence_encoder."
+LAYERS = SENTENCE_ENCODER + "layers."
+TOKEN_EMBEDDINGS = SENTENCE_ENCODER + "embed_tokens.weight"
+POSITIONS = SENTENCE_ENCODER + "embed_positions.weight"
+EMBEDDING_NORM = SENTENCE_ENCODER + "layernorm_embedding."
+LM_HEAD = "encoder.lm_head."
+_LAYER_QUERY = re.compile(r"^" + re.escape(LAYERS) + r"(\d+)\.self_attn\.q_proj\.weight$")
+
+
+def encoder_layers(state_dict: dict) -> int:
+    """How many encoder layers (with self-attention) a RoBERTa-style state dict holds."""
+    return len({m.group(1) for k in state_dict if (m := _LAYER_QUERY.match(k))})
 
 
 class FairseqLongformerAttention(LongformerSelfAttention):
@@ -96,8 +114,6 @@ class LongformerTransformerEncoder(TransformerEncoder):
         window, dilation = next(self.layer_settings)
         layer = LongformerEncoderLayer(cfg, window, dilation, self.causal)
         if cfg.checkpoint_activations:
-            from fairseq.modules.checkpoint_activations import checkpoint_wrapper
-
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return layer
 
@@ -128,14 +144,11 @@ def global_token_ids(symbols: str, dictionary) -> torch.Tensor:
 
 class LongformerRobertaEncoder(RobertaEncoder):
     def build_encoder(self, args, dictionary, embed_tokens):
-        from fairseq.modules.transformer_sentence_encoder import init_bert_params
-
         encoder = LongformerTransformerEncoder(args, dictionary, embed_tokens)
         encoder.apply(init_bert_params)
         # The paper starts the global projections as copies of the local ones.
         for attention in encoder.attention_modules():
-            for local, global_ in GLOBAL_PROJECTIONS:
-                getattr(attention, global_).load_state_dict(getattr(attention, local).state_dict())
+            copy_global_projections(attention)
         return encoder
 
 
@@ -159,8 +172,6 @@ class LongformerRobertaModel(RobertaModel):
 
     @classmethod
     def build_model(cls, args, task):
-        from omegaconf import OmegaConf
-
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, False)
         longformer_roberta_base_architecture(args)
@@ -172,16 +183,17 @@ class LongformerRobertaModel(RobertaModel):
     def upgrade_state_dict_named(self, state_dict, name):
         prefix = name + "." if name else ""
         # A plain RoBERTa state dict lacks the global projections: start them as copies.
-        added = add_global_projections(state_dict, prefix)
+        added = add_global_projections(state_dict, prefix + LAYERS)
         if added:
             logger.info("initialised %d global projections from the local ones", added)
-        key = prefix + "encoder.sentence_encoder." + POSITIONS_KEY
-        expected = self.encoder.sentence_encoder.embed_positions.weight.shape[0]
-        if key in state_dict and state_dict[key].shape[0] != expected:
+        key = prefix + POSITIONS
+        encoder = self.encoder.sentence_encoder
+        reserved = reserved_position_rows(encoder.padding_idx)
+        expected = encoder.embed_positions.weight.shape[0] - reserved
+        if key in state_dict and state_dict[key].shape[0] - reserved != expected:
             raise ValueError(
-                f"{key}: the checkpoint has {state_dict[key].shape[0] - 2} positions but this model "
-                f"{expected - 2}; convert it first with `longformer-fs convert-roberta --max-positions "
-                f"{expected - 2}`")
+                f"{key}: the checkpoint has {state_dict[key].shape[0] - reserved} positions but this model "
+                f"{expected}; convert it first with `longformer-fs convert-roberta --max-positions {expected}`")
         super().upgrade_state_dict_named(state_dict, name)
 
 

@@ -1,4 +1,4 @@
-"""Per-layer settings (windows, dilations) from one compact string."""
+"""Per-layer settings (windows, dilations) from one compact string, and per-head dilations."""
 
 from __future__ import annotations
 
@@ -38,3 +38,16 @@ def _parse(spec: str | Sequence[int], num_layers: int, name: str) -> list[int]:
     else:
         values = [int(x) for x in spec.split(",") if x.strip()]
     return values
+
+
+def dilation_pattern(spec: str | Sequence[int], num_layers: int, num_heads: int,
+                     dilated_heads: int) -> tuple[tuple[int, ...], ...]:
+    """Per-layer, per-head dilations: the last ``dilated_heads`` heads of layer l get
+    the layer's dilation (``spec`` in :func:`layer_values` syntax), the others 1.
+
+    The paper dilates 2 heads of the upper layers of its character LM.
+    """
+    values = layer_values(spec, num_layers, "attention dilations")
+    if not 0 <= dilated_heads <= num_heads or min(values) < 1:
+        raise ValueError(f"--dilated-heads must be in [0, {num_heads}] and dilations >= 1")
+    return tuple((1,) * (num_heads - dilated_heads) + (d,) * dilated_heads for d in values)

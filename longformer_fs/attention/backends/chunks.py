@@ -9,7 +9,7 @@ zeroed tiles for the value product. Work per query is ``b + W - 1`` scores again
 (and 4x in causal mode).
 
 Dilation ``d`` is the undilated problem on the ``d`` interleaved subsequences
-``i = r (mod d)`` (DESIGN.md §3), folded into the batch dimension; heads with different
+``i = r (mod d)`` (docs/design.md §1), folded into the batch dimension; heads with different
 dilations are run as separate groups.
 """
 

@@ -1,0 +1,147 @@
+"""What every preparation writes: a fairseq binarized dataset directory.
+
+Every ``longformer-fs prep`` command produces the same kind of directory: fairseq mmap
+datasets for the splits in :data:`SPLITS`, a ``dict.txt``, and a manifest
+(:data:`MANIFEST`) that records the format, the kind of preparation, the inputs it was
+made from and what came out. This module holds what they share:
+
+- fairseq's special symbols and their ids (:data:`BOS` ... :data:`NUM_SPECIALS`);
+- :class:`PrepError`, the one exception for a problem with the user's input;
+- :func:`guard_out_dir`, which keeps a command from mixing its files with someone else's;
+- :func:`finished_manifest`, which makes a rerun with the same inputs a no-op;
+- :class:`Staging`: files are written under ``OUT/.partial`` and moved in together, the
+  manifest last, so an interrupted run never looks finished;
+- :class:`MmapWriter`, one fairseq mmap dataset written item by item.
+
+fairseq itself is imported only where a dataset is written (:class:`MmapWriter`): the
+spawn workers of ``prep docs`` import their readers through this module, and importing
+fairseq would add seconds to each worker's start.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+SPLITS = ("train", "valid", "test")
+MANIFEST = "prep.json"
+# 2: one manifest layout for every preparation: {"format", "kind", "inputs", **outputs}.
+FORMAT_VERSION = 2
+STAGING = ".partial"
+
+# fairseq's Dictionary() starts with these four symbols, in this order; every dictionary
+# of RoBERTa, BART and our byte-level corpora keeps them (a test compares with fairseq).
+BOS, PAD, EOS, UNK = 0, 1, 2, 3
+SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
+NUM_SPECIALS = len(SPECIAL_SYMBOLS)
+
+
+class PrepError(ValueError):
+    """A problem with the user's inputs or output directory; the message says what to do."""
+
+
+def guard_out_dir(out: Path, ours: Iterable[str], force: bool) -> None:
+    """Create ``out``, or check that it holds nothing but this preparation's files.
+
+    Args:
+        out: the output directory.
+        ours: names this preparation may find there (its outputs, the manifest, its
+            downloads); :data:`MANIFEST` and :data:`STAGING` are always allowed.
+        force: accept other files (they are left alone).
+    """
+    out = Path(out)
+    if not out.exists():
+        out.mkdir(parents=True)
+        return
+    if not out.is_dir():
+        raise PrepError(f"--out: {out} is a file, not a directory")
+    allowed = set(ours) | {MANIFEST, STAGING}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in allowed)
+    if foreign and not force:
+        raise PrepError(f"--out: {out} holds files this command did not write ({', '.join(foreign[:5])}); "
+                        "choose an empty directory or pass --force")
+
+
+def read_manifest(out: Path) -> dict | None:
+    """The manifest of a finished run in ``out``, or None."""
+    try:
+        return json.loads((Path(out) / MANIFEST).read_text())
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+
+
+def finished_manifest(out: Path, kind: str, inputs: dict) -> dict | None:
+    """The manifest in ``out`` when a finished ``kind`` run made it from exactly ``inputs``.
+
+    ``inputs`` must be JSON-like (what ``json.loads(json.dumps(inputs))`` gives back).
+    """
+    manifest = read_manifest(out)
+    if manifest is None:
+        return None
+    same = (manifest.get("format") == FORMAT_VERSION and manifest.get("kind") == kind
+            and manifest.get("inputs") == inputs)
+    return manifest if same else None
+
+
+class Staging:
+    """A preparation's outputs, written under ``OUT/.partial`` and published together.
+
+    Opening clears what an interrupted run left; :meth:`publish` removes the old
+    manifest first, moves every staged file into ``out`` and writes the new manifest
+    last, so a crash at any point leaves a directory without a manifest, which is never
+    taken for a finished run.
+    """
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self.dir = self.out / STAGING
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+
+    def publish(self, kind: str, inputs: dict, **outputs) -> dict:
+        """Move the staged files in and write the manifest; returns it."""
+        manifest = {"format": FORMAT_VERSION, "kind": kind, "inputs": inputs, **outputs}
+        (self.out / MANIFEST).unlink(missing_ok=True)
+        for path in self.dir.iterdir():
+            target = self.out / path.name
+            if target.is_dir() and path.is_dir():
+                shutil.rmtree(target)
+            path.replace(target)
+        self.dir.rmdir()
+        tmp = self.out / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2))
+        tmp.replace(self.out / MANIFEST)
+        return manifest
+
+
+class MmapWriter:
+    """One fairseq mmap dataset (``prefix.bin`` + ``prefix.idx``), written item by item.
+
+    Attributes:
+        items: items added so far.
+        tokens: token ids added so far.
+    """
+
+    def __init__(self, prefix: Path, vocab_size: int):
+        from fairseq.data import indexed_dataset
+
+        self.prefix = str(prefix)
+        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+        self.builder = indexed_dataset.make_builder(self.prefix + ".bin", impl="mmap", vocab_size=vocab_size)
+        self.items = self.tokens = 0
+
+    def add(self, ids) -> None:
+        """Append one item: a 1-D array or tensor of token ids."""
+        import torch
+
+        tensor = torch.from_numpy(np.asarray(ids, dtype=np.int64)) if not isinstance(ids, torch.Tensor) else ids
+        self.builder.add_item(tensor)
+        self.items += 1
+        self.tokens += len(tensor)
+
+    def finalize(self) -> None:
+        self.builder.finalize(self.prefix + ".idx")

@@ -1,0 +1,110 @@
+"""The package layers, checked on the source: who may import whom.
+
+An import graph is read with ``ast`` (every ``import`` statement, including those inside
+functions), at the granularity of this repository's packages, e.g.
+``longformer_fs.models`` -> ``longformer_fs.attention``.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("longformer_fs", "data_prep")
+EXTERNAL = ("fairseq", "transformers", "torch")
+
+
+def unit_of(module: str) -> str:
+    """``longformer_fs.models.led`` -> ``longformer_fs.models``; top-level modules stay whole."""
+    parts = module.split(".")
+    if parts[0] == "longformer_fs" and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def module_name(path: Path) -> tuple[str, bool]:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    is_package = parts[-1] == "__init__"
+    return ".".join(parts[:-1] if is_package else parts), is_package
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports."""
+    name, is_package = module_name(path)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+                found |= {f"{prefix}.{a.name}" for a in node.names} if node.module is None else {prefix}
+            else:
+                found.add(node.module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            source = unit_of(module_name(path)[0])
+            for target in imports_of(path):
+                top = target.split(".")[0]
+                if top in PACKAGES:
+                    dest = unit_of(target)
+                elif top in EXTERNAL:
+                    dest = top
+                else:
+                    continue
+                if dest != source:
+                    edges.setdefault(source, set()).add(dest)
+    return edges
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return graph()
+
+
+def test_the_graph_sees_imports(edges):
+    """Positive control: edges that exist must be found, or every check below is empty."""
+    assert "longformer_fs.models" in edges["longformer_fs.conversion"]
+    assert "longformer_fs.attention" in edges["longformer_fs.models"]
+    assert "fairseq" in edges["longformer_fs.models"]
+
+
+def test_models_never_import_conversion(edges):
+    assert "longformer_fs.conversion" not in edges.get("longformer_fs.models", set())
+
+
+def test_attention_core_and_modules_know_nothing_of_fairseq(edges):
+    for unit in ("longformer_fs.attention", "longformer_fs.modules"):
+        assert not edges.get(unit, set()) & {"fairseq", "transformers"}, unit
+    assert edges.get("longformer_fs.attention", set()) <= {"torch"}
+
+
+def test_only_the_command_line_reaches_commands_and_benchmarks(edges):
+    front = {"longformer_fs.commands", "longformer_fs.benchmarks"}
+    for source, targets in edges.items():
+        if source not in front:
+            assert not targets & front, source
+
+
+def test_data_prep_does_not_import_the_plugin(edges):
+    assert not {t for t in edges.get("data_prep", set()) if t.startswith("longformer_fs")}
+
+
+def test_kernels_know_torch_only_in_the_binding():
+    sources = sorted((ROOT / "cuda_ext").rglob("*.c*")) + sorted((ROOT / "cuda_ext").rglob("*.h"))
+    assert sources
+    for path in sources:
+        includes = re.findall(r'^#include [<"]([^>"]+)[>"]', path.read_text(), re.M)
+        torch_headers = [h for h in includes if h.startswith(("torch/", "ATen/", "c10/"))]
+        if path.name == "binding.cpp":
+            assert torch_headers
+        else:
+            assert not torch_headers, (path, torch_headers)
