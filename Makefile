@@ -5,6 +5,8 @@
 #   make install   create .venv/ with pinned dependencies (a no-op when up to date)
 #   make test      install if needed, then run the test suite
 #   make info      print versions and the attention backends available here
+#   make lint      ruff (lint + format check) and clang-format --dry-run; CI runs it
+#   make format    apply ruff's fixes and formatting, and clang-format
 #   make text8-phase1 ... text8-phase5, enwik8-phase1 ... enwik8-phase5
 #                  one phase of the paper's character-LM recipe (recipes/char_lm/)
 #   make eval-bpc CKPT=path/checkpoint_last.pt CORPUS=text8 [SPLIT=test]
@@ -68,11 +70,12 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test info demo clean-venv eval-bpc mlm-base mlm-large $(CORPORA) \
+.PHONY: help install test lint format info demo clean-venv eval-bpc mlm-base mlm-large $(CORPORA) \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
-	@sed -n '2,32p' Makefile | sed 's/^# \{0,1\}//'
+	@# The comment block at the top of this file, up to its first blank line.
+	@awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' Makefile
 
 # One phase: $(1) corpus, $(2) phase, $(3) previous phase (empty for phase 1).
 # ($$$$ is a shell $: this text is expanded twice, by call and by eval.)
@@ -146,6 +149,18 @@ $(STAMP): $(INSTALL_INPUTS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+CXX_SOURCES := $(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h' | sort)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES)
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
 
 demo: $(STAMP)
 	$(VENV)/bin/longformer-fs demo --out demo_out $(DEMO_ARGS)

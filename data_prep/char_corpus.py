@@ -172,9 +172,9 @@ def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], kind
     (staging.dir / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
     unknown = {}
     with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {kind}") as progress:
-        for split, (lo, hi) in zip(SPLITS, bounds):
+        for split, (lo, hi) in zip(SPLITS, bounds, strict=True):
             tokens = lookup[data[lo:hi]]
             unknown[split] = int((tokens == UNK).sum())
             write_split(tokens, staging.dir / split, NUM_SPECIALS + len(seen), progress)
-    return staging.publish(kind, inputs, corpus=kind, tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds)},
+    return staging.publish(kind, inputs, corpus=kind, tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds, strict=True)},
                            vocab_bytes=len(seen), unknown_tokens=unknown)

@@ -94,7 +94,7 @@ def _tokenize(texts: list[str]) -> list[list[np.ndarray]]:
                 owners.append(doc)
     out: list[list[np.ndarray]] = [[] for _ in texts]
     lut = _WORKER["lut"]
-    for owner, encoding in zip(owners, _WORKER["tokenizer"].encode_batch(paragraphs, add_special_tokens=False)):
+    for owner, encoding in zip(owners, _WORKER["tokenizer"].encode_batch(paragraphs, add_special_tokens=False), strict=True):
         out[owner].append(lut[np.asarray(encoding.ids, dtype=np.int64)])
     return out
 
@@ -243,8 +243,8 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
         batches = _batched(kept_documents(), BATCH_DOCS)
         while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
             texts = [[doc.text for doc, _ in batch] for batch in chunk]
-            for batch, tokens in zip(chunk, (pool.imap if pool else map)(_tokenize, texts)):
-                for (doc, digest), paragraphs in zip(batch, tokens):
+            for batch, tokens in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):
+                for (doc, digest), paragraphs in zip(batch, tokens, strict=True):
                     token_bar.update(len(doc.text.encode("utf-8")))
                     st = stats[doc.source]
                     count = sum(len(p) for p in paragraphs)
@@ -297,5 +297,5 @@ def stats_table(result: dict) -> str:
     rows.append(("total", f"{total_docs:,}", f"{total_tokens:,}",
                  f"{total_tokens / total_docs if total_docs else 0:,.0f}", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
                      for r in rows)

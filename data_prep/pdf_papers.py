@@ -107,7 +107,8 @@ def read_paper(path: Path) -> Paper:
     except PdfError:
         raise
     except (PdfReadError, OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise PdfError(f"unreadable PDF ({type(err).__name__}: {str(err).splitlines()[0][:100] if str(err) else ''})")
+        detail = str(err).splitlines()[0][:100] if str(err) else ""
+        raise PdfError(f"unreadable PDF ({type(err).__name__}: {detail})") from None
     except Exception as err:  # pypdf raises many types on damaged files; one bad paper must not end the run
         raise PdfError(f"unreadable PDF ({type(err).__name__})") from None
     pages = drop_page_furniture(pages)

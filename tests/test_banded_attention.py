@@ -63,7 +63,7 @@ def test_gradients_match_oracle(backend, causal, window, dilation):
 
     ours = grads(lambda a, b, c: banded_attention(a, b, c, window, dilation, causal, pad, backend=backend))
     theirs = grads(lambda a, b, c: oracle_attention(a, b, c, window, dil, causal, pad))
-    for name, g, e in zip("qkv", ours, theirs):
+    for name, g, e in zip("qkv", ours, theirs, strict=True):
         torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-10, msg=f"d{name} differs")
 
 

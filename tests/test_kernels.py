@@ -1,7 +1,6 @@
 """cuda_ext: the compiled band kernels (CPU here; CUDA where a GPU exists)."""
 
 import itertools
-import os
 import shutil
 import subprocess
 import sysconfig
@@ -11,8 +10,7 @@ import pytest
 import torch
 from oracle import oracle_attention
 
-from longformer_fs.attention import LongformerSelfAttention, available_backends, banded_attention
-from longformer_fs.attention import band
+from longformer_fs.attention import LongformerSelfAttention, available_backends, band, banded_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "cuda_ext"
@@ -235,7 +233,7 @@ def test_gpu_matches_oracle(dtype, atol, causal):
     (banded_attention(*grads, 24, dil, causal, pad.cuda(), backend="kernel").float() * weight.cuda()).sum().backward()
     ref = [x.clone().requires_grad_() for x in rounded]
     (oracle_attention(*ref, 24, dil, causal, pad) * weight.double()).sum().backward()
-    for g, r in zip(grads, ref):
+    for g, r in zip(grads, ref, strict=True):
         torch.testing.assert_close(g.grad.double().cpu(), r.grad, atol=atol * 10, rtol=atol)
 
 

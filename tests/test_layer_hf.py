@@ -7,14 +7,10 @@ multiple of its attention_window (= 2w). No download: the module is built from a
 import pytest
 import torch
 from conftest import BAND_BACKENDS, backend_or_skip
+from transformers.models.longformer.modeling_longformer import LongformerConfig
+from transformers.models.longformer.modeling_longformer import LongformerSelfAttention as HFSelfAttention
 
 from longformer_fs.attention import LongformerSelfAttention
-
-transformers = pytest.importorskip("transformers")
-from transformers.models.longformer.modeling_longformer import (  # noqa: E402
-    LongformerConfig,
-    LongformerSelfAttention as HFSelfAttention,
-)
 
 W, B, C, H = 3, 3, 16, 4
 T = 8 * W  # a multiple of HF's attention_window = 2W

@@ -39,7 +39,7 @@ def test_position_term_matches_oracle(backend, seq_len, window, dilations, causa
     weight = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     (out * weight).sum().backward()
     (expected * weight).sum().backward()
-    for name, a, b in zip(("q", "k", "v", "pos_query", "table"), leaves, oracle_leaves):
+    for name, a, b in zip(("q", "k", "v", "pos_query", "table"), leaves, oracle_leaves, strict=True):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-10, rtol=1e-10, msg=name)
 
 
@@ -86,5 +86,5 @@ def test_kernel_position_term_fp32_many_blocks(window, dilations, causal):
     weight = torch.randn(out.transpose(1, 2).shape, generator=gen, dtype=torch.float64)
     (out.transpose(1, 2) * weight.float()).sum().backward()
     (expected * weight).sum().backward()
-    for name, a, b in zip(("q", "k", "v", "pos_query", "table"), leaves, oracle_leaves):
+    for name, a, b in zip(("q", "k", "v", "pos_query", "table"), leaves, oracle_leaves, strict=True):
         torch.testing.assert_close(a.grad.double(), b.grad, atol=1e-4, rtol=1e-4, msg=name)

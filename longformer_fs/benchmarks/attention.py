@@ -75,7 +75,7 @@ def _int_list(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -251,7 +251,7 @@ def plot(results: list[Result], path: Path, title: str) -> None:
     panels = (("fwd_ms", "forward time (ms)"), ("fwd_bwd_ms", "forward+backward time (ms)"),
               ("peak_mib", "peak memory (MiB)"))
     colors = {}
-    for ax, (key, ylabel) in zip(axes, panels):
+    for ax, (key, ylabel) in zip(axes, panels, strict=True):
         for impl in dict.fromkeys(r.impl for r in rows):
             mine = [r for r in rows if r.impl == impl and getattr(r, key) is not None]
             if not mine:

@@ -62,9 +62,9 @@ def transformer_lm(seq_len: int, model: dict):
     dictionary = Dictionary()
     for i in range(VOCAB - len(dictionary)):
         dictionary.add_symbol(f"0x{i:02x}")
-    args = argparse.Namespace(decoder_layers=model["decoder_layers"], decoder_embed_dim=model["decoder_embed_dim"],
-                              decoder_ffn_embed_dim=model["decoder_ffn_embed_dim"],
-                              decoder_attention_heads=model["decoder_attention_heads"], dropout=0.0, attention_dropout=0.0, activation_fn="gelu",
+    sizes = {key: model[key] for key in ("decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim",
+                                         "decoder_attention_heads")}
+    args = argparse.Namespace(**sizes, dropout=0.0, attention_dropout=0.0, activation_fn="gelu",
                               decoder_normalize_before=True, tokens_per_sample=seq_len,
                               max_target_positions=seq_len, share_decoder_input_output_embed=True)
     base_lm_architecture(args)
@@ -106,6 +106,13 @@ def phase5_step(seq_len: int, threads: int) -> dict:
     return {"seq_len": seq_len, "error": reason}
 
 
+def _cells(result: dict) -> str:
+    """A model's throughput and memory cells, or its error."""
+    if "error" in result:
+        return f"{'error: ' + result['error'][:20]:>27}"
+    return f"{result['chars_per_s']:>18.0f} {result['peak_gib']:>8.2f}"
+
+
 def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -127,9 +134,7 @@ def main(args: argparse.Namespace) -> int:
     for row in rows:
         a, b = row["longformer_lm_small"], row["transformer_lm"]
         speed = f"{a['chars_per_s'] / b['chars_per_s']:.2f}" if "error" not in a and "error" not in b else "-"
-        fmt = lambda r: (f"{r['chars_per_s']:>18.0f} {r['peak_gib']:>8.2f}" if "error" not in r
-                         else f"{'error: ' + r['error'][:20]:>27}")
-        print(f"{row['seq_len']:>6} {fmt(a)} {fmt(b).replace('  ', ' ', 1):>28} {speed:>7}")
+        print(f"{row['seq_len']:>6} {_cells(a)} {_cells(b).replace('  ', ' ', 1):>28} {speed:>7}")
         row["speedup"] = None if speed == "-" else float(speed)
     result = {"rows": rows, "windows": windows, "threads": args.threads}
     if args.phase5_len:

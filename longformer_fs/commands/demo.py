@@ -139,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
 
     history = []
     start = time.perf_counter()
-    for toy, n_updates in tqdm(list(zip(phases, updates)), desc="demo phases", unit="phase"):
+    for toy, n_updates in tqdm(list(zip(phases, updates, strict=True)), desc="demo phases", unit="phase"):
         t0 = time.perf_counter()
         phase = toy.phase
         valid = run_phase(toy, n_updates, data, out / "checkpoints", out / "logs" / f"phase{phase}.log")

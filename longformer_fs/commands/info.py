@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import platform
 import json
+import platform
 
 import torch
 

@@ -82,7 +82,7 @@ def sliding_window_bpc(
             lp = log_probs(inputs)
             lp = lp.to(torch.promote_types(lp.dtype, torch.float32))  # half -> fp32, fp64 stays
             lp = lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (b, L)
-            for row, w in zip(lp, group):
+            for row, w in zip(lp, group, strict=True):
                 kept = row[w.scored_from - w.start:]
                 total -= float(kept.sum()) / math.log(2)
                 scored += kept.numel()

@@ -102,7 +102,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
         # our settings: they take them from here.
         self.layer_settings = iter(zip(
             layer_values(args.attention_window, layers, "attention window"),
-            layer_values(args.attention_dilation, layers, "attention dilation"),
+            layer_values(args.attention_dilation, layers, "attention dilation"), strict=True,
         ))
         self.causal = bool(safe_getattr(args, "causal_attention", False))
         super().__init__(args, dictionary, embed_tokens)
