@@ -26,8 +26,8 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
     TORCH_CHECK_VALUE(x.dim() == 4, name, ": expected 4 dimensions (B, H, T, D), got ", x.dim());
     TORCH_CHECK_VALUE(x.device() == q.device(), name, ": is on ", x.device(), " but q is on ", q.device(),
                       "; move all inputs to one device");
-    TORCH_CHECK_VALUE(x.scalar_type() == q.scalar_type(), name, ": dtype ", x.scalar_type(),
-                      " does not match q's ", q.scalar_type());
+    TORCH_CHECK_VALUE(x.scalar_type() == q.scalar_type(), name, ": dtype ", x.scalar_type(), " does not match q's ",
+                      q.scalar_type());
     TORCH_CHECK_VALUE(x.sizes() == q.sizes(), name, ": shape ", x.sizes(), " does not match q's ", q.sizes());
   }
   const auto t = q.scalar_type();
@@ -39,8 +39,8 @@ Prepared prepare(const Tensor& q, const c10::optional<Tensor>& key_ok, const std
                  int64_t window, bool causal, double scale) {
   Prepared p;
   const int64_t heads = q.size(1);
-  TORCH_CHECK_VALUE(static_cast<int64_t>(dilation.size()) == heads, "dilation: got ", dilation.size(),
-                    " values for ", heads, " heads");
+  TORCH_CHECK_VALUE(static_cast<int64_t>(dilation.size()) == heads, "dilation: got ", dilation.size(), " values for ",
+                    heads, " heads");
   TORCH_CHECK_VALUE(window >= 0, "window: must be >= 0, got ", window);
   p.dilation = dilation;
   p.head_offset.assign(heads + 1, 0);
@@ -77,16 +77,16 @@ bool check_position(const Tensor& q, const c10::optional<Tensor>& pos_query, con
   const bool has_table = table.has_value() && table->defined();
   TORCH_CHECK_VALUE(has_query == has_table, "position: give pos_query and table together");
   if (!has_query) return false;
-  TORCH_CHECK_VALUE(pos_query->sizes() == q.sizes(), "pos_query: shape ", pos_query->sizes(),
-                    " does not match q's ", q.sizes());
+  TORCH_CHECK_VALUE(pos_query->sizes() == q.sizes(), "pos_query: shape ", pos_query->sizes(), " does not match q's ",
+                    q.sizes());
   const int64_t width = lfs::band_width(window, causal);
-  TORCH_CHECK_VALUE(table->dim() == 3 && table->size(0) == q.size(1) && table->size(1) == width &&
-                        table->size(2) == q.size(3),
-                    "table: expected shape (H, W, D) = (", q.size(1), ", ", width, ", ", q.size(3), "), got ",
-                    table->sizes());
+  TORCH_CHECK_VALUE(
+      table->dim() == 3 && table->size(0) == q.size(1) && table->size(1) == width && table->size(2) == q.size(3),
+      "table: expected shape (H, W, D) = (", q.size(1), ", ", width, ", ", q.size(3), "), got ", table->sizes());
   for (const auto& [name, x] : {std::pair{"pos_query", *pos_query}, {"table", *table}})
     TORCH_CHECK_VALUE(x.device() == q.device(), name, ": is on ", x.device(), " but q is on ", q.device());
-  TORCH_CHECK(!q.is_cuda(), "band kernels: the relative-position term has no CUDA kernel yet; "
+  TORCH_CHECK(!q.is_cuda(),
+              "band kernels: the relative-position term has no CUDA kernel yet; "
               "use backend='chunks' on GPU");
   return true;
 }
@@ -122,10 +122,14 @@ at::ScalarType compute_type(at::ScalarType t) { return t == at::kDouble ? at::kD
 #ifdef LFS_WITH_CUDA
 lfs::DType cuda_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return lfs::DType::f32;
-    case at::kDouble: return lfs::DType::f64;
-    case at::kHalf: return lfs::DType::f16;
-    default: return lfs::DType::bf16;
+    case at::kFloat:
+      return lfs::DType::f32;
+    case at::kDouble:
+      return lfs::DType::f64;
+    case at::kHalf:
+      return lfs::DType::f16;
+    default:
+      return lfs::DType::bf16;
   }
 }
 
@@ -134,9 +138,9 @@ void check_cuda(int err, const char* what) {
 }
 #endif
 
-std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok,
-                            std::vector<int64_t> dilation, int64_t window, bool causal, double scale,
-                            c10::optional<Tensor> pos_query, c10::optional<Tensor> table, int64_t stream) {
+std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok, std::vector<int64_t> dilation,
+                            int64_t window, bool causal, double scale, c10::optional<Tensor> pos_query,
+                            c10::optional<Tensor> table, int64_t stream) {
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
   const bool relative = check_position(q, pos_query, table, window, causal);
@@ -169,17 +173,17 @@ std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> 
   AT_DISPATCH_FLOATING_TYPES(ct, "band_forward_cpu", [&] {
     const auto pos = position<scalar_t>(pq, tab);
     at::parallel_for(0, prep.problem.num_items(), 1, [&](int64_t begin, int64_t end) {
-      lfs::band_forward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k),
-                                      s4<const scalar_t>(v), pos, s4<scalar_t>(out), s3<scalar_t>(lse), begin, end);
+      lfs::band_forward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k), s4<const scalar_t>(v),
+                                      pos, s4<scalar_t>(out), s3<scalar_t>(lse), begin, end);
     });
   });
   return {out, lse};
 }
 
-std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok,
-                             std::vector<int64_t> dilation, int64_t window, bool causal, double scale,
-                             c10::optional<Tensor> pos_query, c10::optional<Tensor> table, Tensor out, Tensor lse,
-                             Tensor dout, c10::optional<Tensor> dlse, int64_t stream) {
+std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok, std::vector<int64_t> dilation,
+                             int64_t window, bool causal, double scale, c10::optional<Tensor> pos_query,
+                             c10::optional<Tensor> table, Tensor out, Tensor lse, Tensor dout,
+                             c10::optional<Tensor> dlse, int64_t stream) {
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
   const bool relative = check_position(q, pos_query, table, window, causal);
@@ -193,8 +197,8 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
   // Items of one head run on several threads and all add to its table rows: each thread
   // gets its own dtable slice (no atomics), summed at the end.
   Tensor dpq = relative ? torch::empty(q.sizes(), opts) : Tensor();
-  Tensor dtab = relative ? torch::zeros({at::get_num_threads(), table->size(0), table->size(1), table->size(2)}, opts)
-                         : Tensor();
+  Tensor dtab =
+      relative ? torch::zeros({at::get_num_threads(), table->size(0), table->size(1), table->size(2)}, opts) : Tensor();
   if (q.numel() == 0) return {dq, dk, dv, dpq, relative ? dtab.sum(0) : Tensor()};
 
   if (q.is_cuda()) {
@@ -225,9 +229,9 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
       // Pointer arithmetic, not dtab[i]: no ATen calls inside the parallel region.
       if (relative) dpos = {s4<scalar_t>(dpq), dtab.data_ptr<scalar_t>() + at::get_thread_num() * dtab.stride(0)};
       lfs::band_backward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k),
-                                       s4<const scalar_t>(v), pos, s4<const scalar_t>(dout),
-                                       s3<const scalar_t>(lse), s3<const scalar_t>(delta), s4<scalar_t>(dq),
-                                       s4<scalar_t>(dk), s4<scalar_t>(dv), dpos, begin, end);
+                                       s4<const scalar_t>(v), pos, s4<const scalar_t>(dout), s3<const scalar_t>(lse),
+                                       s3<const scalar_t>(delta), s4<scalar_t>(dq), s4<scalar_t>(dk), s4<scalar_t>(dv),
+                                       dpos, begin, end);
     });
   });
   return {dq, dk, dv, dpq, relative ? dtab.sum(0) : Tensor()};
@@ -237,9 +241,13 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
 std::vector<int64_t> index_probe(int64_t query, int64_t column, int64_t key, int64_t window, int64_t dilation,
                                  bool causal, int64_t seq_len, int64_t residue) {
   const auto kr = lfs::key_range(query, query + 1, window, causal, seq_len);
-  return {lfs::band_width(window, causal), lfs::band_key(query, column, window, dilation),
-          lfs::band_column(query, key, window, dilation, causal), lfs::residue_length(seq_len, dilation, residue),
-          lfs::effective_window(window, seq_len), kr.lo, kr.hi};
+  return {lfs::band_width(window, causal),
+          lfs::band_key(query, column, window, dilation),
+          lfs::band_column(query, key, window, dilation, causal),
+          lfs::residue_length(seq_len, dilation, residue),
+          lfs::effective_window(window, seq_len),
+          kr.lo,
+          kr.hi};
 }
 
 bool has_cuda() {
@@ -254,9 +262,11 @@ bool has_cuda() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Band-attention kernels (CPU, and CUDA when built with it).";
-  m.def("forward", &forward, "band attention forward -> (out, lse); pos_query/table: optional relative-position term; "
+  m.def("forward", &forward,
+        "band attention forward -> (out, lse); pos_query/table: optional relative-position term; "
         "stream: CUDA stream handle or 0");
-  m.def("backward", &backward, "band attention backward -> (dq, dk, dv, dpos_query, dtable); the last two are None without "
+  m.def("backward", &backward,
+        "band attention backward -> (dq, dk, dv, dpos_query, dtable); the last two are None without "
         "a position term; stream: CUDA stream handle or 0");
   m.def("index_probe", &index_probe, "band_index.h values, for tests");
   m.def("has_cuda", &has_cuda, "whether this build includes the CUDA kernels");

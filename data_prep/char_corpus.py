@@ -50,12 +50,21 @@ class CharCorpus:
 
 CORPORA = {
     "text8": CharCorpus(
-        "text8", "http://mattmahoney.net/dc/text8.zip", "text8", 31_344_016,
-        ("sha1", "3de703932151f5a2c68fc41c5ccf5c76e7d6c366"), (90_000_000, 5_000_000, 5_000_000)),
+        "text8",
+        "http://mattmahoney.net/dc/text8.zip",
+        "text8",
+        31_344_016,
+        ("sha1", "3de703932151f5a2c68fc41c5ccf5c76e7d6c366"),
+        (90_000_000, 5_000_000, 5_000_000),
+    ),
     "enwik8": CharCorpus(
-        "enwik8", "http://mattmahoney.net/dc/enwik8.zip", "enwik8", 36_445_475,
+        "enwik8",
+        "http://mattmahoney.net/dc/enwik8.zip",
+        "enwik8",
+        36_445_475,
         ("sha256", "547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc"),
-        (90_000_000, 5_000_000, 5_000_000)),
+        (90_000_000, 5_000_000, 5_000_000),
+    ),
 }
 
 
@@ -92,12 +101,14 @@ def read_corpus(corpus: CharCorpus, zip_path: Path, verify: bool) -> bytes:
             raise PrepError(
                 f"--zip: {zip_path} has {algorithm} {actual}, but the official {corpus.name}.zip "
                 f"({corpus.zip_bytes:,} bytes) has {expected}. Re-download it, or pass "
-                f"--skip-checksum to use a different file on purpose")
+                f"--skip-checksum to use a different file on purpose"
+            )
     try:
         with zipfile.ZipFile(zip_path) as archive:
             if corpus.member not in archive.namelist():
-                raise PrepError(f"--zip: {zip_path} has no member {corpus.member!r} "
-                                f"(it holds {archive.namelist()[:5]})")
+                raise PrepError(
+                    f"--zip: {zip_path} has no member {corpus.member!r} (it holds {archive.namelist()[:5]})"
+                )
             return archive.read(corpus.member)
     except (zipfile.BadZipFile, EOFError) as err:
         raise PrepError(f"--zip: {zip_path} is not a readable zip file ({err}); re-download it") from err
@@ -105,8 +116,10 @@ def read_corpus(corpus: CharCorpus, zip_path: Path, verify: bool) -> bytes:
 
 def split_bounds(n_bytes: int, sizes: tuple[int, int, int]) -> list[tuple[int, int]]:
     if sum(sizes) != n_bytes:
-        raise PrepError(f"the file has {n_bytes:,} bytes but the splits {sizes} add up to {sum(sizes):,}; "
-                        f"pass --split-sizes TRAIN,VALID,TEST that sum to the file size")
+        raise PrepError(
+            f"the file has {n_bytes:,} bytes but the splits {sizes} add up to {sum(sizes):,}; "
+            f"pass --split-sizes TRAIN,VALID,TEST that sum to the file size"
+        )
     bounds, start = [], 0
     for size in sizes:
         bounds.append((start, start + size))
@@ -118,7 +131,7 @@ def write_split(tokens: np.ndarray, prefix: Path, vocab_size: int, progress) -> 
     """One fairseq mmap dataset of 1M-token items (no eos)."""
     writer = MmapWriter(prefix, vocab_size)
     for start in range(0, len(tokens), ITEM_TOKENS):
-        chunk = tokens[start:start + ITEM_TOKENS]
+        chunk = tokens[start : start + ITEM_TOKENS]
         writer.add(chunk)
         progress.update(len(chunk))
     writer.finalize()
@@ -134,9 +147,16 @@ def build_dictionary(train: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int
     return lookup, seen
 
 
-def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing: bool = False,
-            verify: bool = True, split_sizes: tuple[int, int, int] | None = None, force: bool = False,
-            url: str | None = None) -> dict:
+def prepare(
+    name: str,
+    out: Path,
+    zip_path: Path | None = None,
+    download_missing: bool = False,
+    verify: bool = True,
+    split_sizes: tuple[int, int, int] | None = None,
+    force: bool = False,
+    url: str | None = None,
+) -> dict:
     """Prepare ``name`` ("text8" or "enwik8") into ``out``; returns the manifest."""
     corpus = CORPORA[name]
     out = Path(out)
@@ -148,8 +168,13 @@ def prepare(name: str, out: Path, zip_path: Path | None = None, download_missing
         raise PrepError(f"--zip: {zip_path} does not exist; download {corpus.url} or pass --download")
     sizes = tuple(split_sizes) if split_sizes else corpus.split_sizes
     stat = zip_path.stat()
-    inputs = {"zip": str(zip_path.resolve()), "zip_size": stat.st_size, "zip_mtime_ns": stat.st_mtime_ns,
-              "split_sizes": list(sizes), "verified": verify}
+    inputs = {
+        "zip": str(zip_path.resolve()),
+        "zip_size": stat.st_size,
+        "zip_mtime_ns": stat.st_mtime_ns,
+        "split_sizes": list(sizes),
+        "verified": verify,
+    }
     guard_out_dir(out, _outputs() | {zip_path.name, zip_path.name + ".part"}, force)
     previous = None if force else finished_manifest(out, name, inputs)
     if previous is not None:
@@ -167,7 +192,7 @@ def _outputs() -> set[str]:
 def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], kind: str, inputs: dict) -> dict:
     """Split ``data`` (uint8 bytes) in file order and binarize it into ``out``; returns the manifest."""
     bounds = split_bounds(len(data), sizes)
-    lookup, seen = build_dictionary(data[bounds[0][0]:bounds[0][1]])
+    lookup, seen = build_dictionary(data[bounds[0][0] : bounds[0][1]])
     staging = Staging(out)
     (staging.dir / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
     unknown = {}
@@ -176,5 +201,11 @@ def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], kind
             tokens = lookup[data[lo:hi]]
             unknown[split] = int((tokens == UNK).sum())
             write_split(tokens, staging.dir / split, NUM_SPECIALS + len(seen), progress)
-    return staging.publish(kind, inputs, corpus=kind, tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds, strict=True)},
-                           vocab_bytes=len(seen), unknown_tokens=unknown)
+    return staging.publish(
+        kind,
+        inputs,
+        corpus=kind,
+        tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds, strict=True)},
+        vocab_bytes=len(seen),
+        unknown_tokens=unknown,
+    )

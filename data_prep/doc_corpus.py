@@ -94,7 +94,9 @@ def _tokenize(texts: list[str]) -> list[list[np.ndarray]]:
                 owners.append(doc)
     out: list[list[np.ndarray]] = [[] for _ in texts]
     lut = _WORKER["lut"]
-    for owner, encoding in zip(owners, _WORKER["tokenizer"].encode_batch(paragraphs, add_special_tokens=False), strict=True):
+    for owner, encoding in zip(
+        owners, _WORKER["tokenizer"].encode_batch(paragraphs, add_special_tokens=False), strict=True
+    ):
         out[owner].append(lut[np.asarray(encoding.ids, dtype=np.int64)])
     return out
 
@@ -152,13 +154,22 @@ class _SplitWriter:
 
 def input_manifest(cfg: DocPrepConfig) -> dict:
     """What the output depends on: every input file's size and mtime, and every option."""
+
     def stamp(path: Path) -> list:
         st = path.stat()
         return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
     return {
-        "sources": [{"name": s.name, "kind": s.kind, "path": str(s.path.resolve()), "text_field": s.text_field,
-                     "files": [stamp(p) for p in s.files()]} for s in cfg.sources],
+        "sources": [
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "path": str(s.path.resolve()),
+                "text_field": s.text_field,
+                "files": [stamp(p) for p in s.files()],
+            }
+            for s in cfg.sources
+        ],
         "bpe": [stamp(Path(p)) for p in (cfg.encoder_json, cfg.vocab_bpe, cfg.dict_txt)],
         "min_tokens": dict(sorted(cfg.min_tokens.items())),
         "fractions": dict(sorted(cfg.fractions.items())),
@@ -178,8 +189,7 @@ def _check_config(cfg: DocPrepConfig) -> None:
     for name, fraction in cfg.fractions.items():
         if not 0 < fraction <= 1:
             raise PrepError(f"--fraction: {name}={fraction} is not in (0, 1]")
-    if not (0 <= cfg.valid_fraction < 1 and 0 <= cfg.test_fraction < 1
-            and cfg.valid_fraction + cfg.test_fraction < 1):
+    if not (0 <= cfg.valid_fraction < 1 and 0 <= cfg.test_fraction < 1 and cfg.valid_fraction + cfg.test_fraction < 1):
         raise PrepError("--valid-fraction/--test-fraction: need two fractions in [0, 1) summing below 1")
     if cfg.workers < 1:
         raise PrepError(f"--workers: must be >= 1, got {cfg.workers}")
@@ -213,6 +223,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     read_bar = tqdm(desc="read", unit=" docs", position=0)
     token_bar = tqdm(desc="tokenize+write", unit="B", unit_scale=True, position=1)
     try:
+
         def kept_documents() -> Iterator[tuple[Document, bytes]]:
             for item in iter_items(cfg, pool):
                 read_bar.update()
@@ -234,8 +245,12 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
                 if item.paper is not None:
                     if item.paper.abstract is None:
                         no_abstract.append(item.origin)
-                    papers.write(json.dumps({"source": item.source, "file": item.origin, **asdict(item.paper)},
-                                            ensure_ascii=False) + "\n")
+                    papers.write(
+                        json.dumps(
+                            {"source": item.source, "file": item.origin, **asdict(item.paper)}, ensure_ascii=False
+                        )
+                        + "\n"
+                    )
                 yield item, digest
 
         # Chunks of batches go to the pool together: results come back in order, and
@@ -252,8 +267,11 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
                         st.too_short += 1
                         continue
                     u = _unit(digest, b"split")
-                    split = "test" if u < cfg.test_fraction else (
-                        "valid" if u < cfg.test_fraction + cfg.valid_fraction else "train")
+                    split = (
+                        "test"
+                        if u < cfg.test_fraction
+                        else ("valid" if u < cfg.test_fraction + cfg.valid_fraction else "train")
+                    )
                     writer.add_document(split, paragraphs)
                     st.documents += 1
                     st.tokens += count
@@ -271,8 +289,11 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
         "sources": {name: asdict(st) for name, st in stats.items()},
         "splits": {s: {"documents": writer.documents[s], "tokens": writer.tokens[s]} for s in SPLITS},
         "papers_without_abstract": no_abstract,
-        "skipped": {"count": len(skips), "by_reason": dict(Counter(_reason_kind(s.reason) for s in skips)),
-                    "examples": [asdict(s) for s in skips[:50]]},
+        "skipped": {
+            "count": len(skips),
+            "by_reason": dict(Counter(_reason_kind(s.reason) for s in skips)),
+            "examples": [asdict(s) for s in skips[:50]],
+        },
     }
     (partial / "stats.json").write_text(json.dumps(result, indent=2))
     staging.publish(KIND, inputs, splits=result["splits"])
@@ -290,12 +311,22 @@ def stats_table(result: dict) -> str:
     total_docs = total_tokens = 0
     for name, st in result["sources"].items():
         avg = st["tokens"] / st["documents"] if st["documents"] else 0
-        rows.append((name, f"{st['documents']:,}", f"{st['tokens']:,}", f"{avg:,.0f}",
-                     f"{st['too_short']}/{st['duplicate']}/{st['sampled_out']}/{st['skipped']}"))
+        rows.append(
+            (
+                name,
+                f"{st['documents']:,}",
+                f"{st['tokens']:,}",
+                f"{avg:,.0f}",
+                f"{st['too_short']}/{st['duplicate']}/{st['sampled_out']}/{st['skipped']}",
+            )
+        )
         total_docs += st["documents"]
         total_tokens += st["tokens"]
-    rows.append(("total", f"{total_docs:,}", f"{total_tokens:,}",
-                 f"{total_tokens / total_docs if total_docs else 0:,.0f}", ""))
+    rows.append(
+        ("total", f"{total_docs:,}", f"{total_tokens:,}", f"{total_tokens / total_docs if total_docs else 0:,.0f}", "")
+    )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in rows)
+    return "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    )

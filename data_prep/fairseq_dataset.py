@@ -62,8 +62,10 @@ def guard_out_dir(out: Path, ours: Iterable[str], force: bool) -> None:
     allowed = set(ours) | {MANIFEST, STAGING}
     foreign = sorted(p.name for p in out.iterdir() if p.name not in allowed)
     if foreign and not force:
-        raise PrepError(f"--out: {out} holds files this command did not write ({', '.join(foreign[:5])}); "
-                        "choose an empty directory or pass --force")
+        raise PrepError(
+            f"--out: {out} holds files this command did not write ({', '.join(foreign[:5])}); "
+            "choose an empty directory or pass --force"
+        )
 
 
 def read_manifest(out: Path) -> dict | None:
@@ -82,8 +84,9 @@ def finished_manifest(out: Path, kind: str, inputs: dict) -> dict | None:
     manifest = read_manifest(out)
     if manifest is None:
         return None
-    same = (manifest.get("format") == FORMAT_VERSION and manifest.get("kind") == kind
-            and manifest.get("inputs") == inputs)
+    same = (
+        manifest.get("format") == FORMAT_VERSION and manifest.get("kind") == kind and manifest.get("inputs") == inputs
+    )
     return manifest if same else None
 
 

@@ -91,7 +91,7 @@ def split_paper(lines: list[str], title: str) -> Paper:
         return Paper(title, None, join_lines(body_lines))
     rest = _ABSTRACT.match(lines[start]).group("rest")
     end = intro if intro is not None else len(lines)
-    abstract = join_lines(([rest] if rest else []) + lines[start + 1:end])
+    abstract = join_lines(([rest] if rest else []) + lines[start + 1 : end])
     body = join_lines(lines[end:]) if intro is not None else ""
     return Paper(title, abstract or None, body)
 

@@ -87,8 +87,12 @@ def iter_wiki_pages(path: Path) -> Iterator[tuple[str, str]]:
             elif tag == "text":
                 text = element.text or ""
             elif tag == "page":
-                if namespace in (None, "0") and not redirect and text and not text.lstrip().upper().startswith(
-                        "#REDIRECT"):
+                if (
+                    namespace in (None, "0")
+                    and not redirect
+                    and text
+                    and not text.lstrip().upper().startswith("#REDIRECT")
+                ):
                     plain = strip_markup(text)
                     if plain:
                         yield title or "", plain

@@ -16,20 +16,28 @@ COMMANDS = {
     "demo": ("longformer_fs.commands.demo", "the 5-phase character-LM recipe at toy scale on a generated corpus"),
     "prep text8": ("longformer_fs.commands.prep_char", "text8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "prep enwik8": ("longformer_fs.commands.prep_char", "enwik8 as a byte-level fairseq dataset (90M/5M/5M)"),
-    "prep docs": ("longformer_fs.commands.prep_docs",
-                  "long documents (txt, JSONL, Wikipedia XML, PDF papers) as a BPE masked-LM dataset"),
+    "prep docs": (
+        "longformer_fs.commands.prep_docs",
+        "long documents (txt, JSONL, Wikipedia XML, PDF papers) as a BPE masked-LM dataset",
+    ),
     "eval-bpc": ("longformer_fs.commands.eval_bpc", "test BPC of a character-LM checkpoint, paper protocol"),
-    "convert-roberta": ("longformer_fs.commands.convert_roberta",
-                        "a fairseq RoBERTa checkpoint as a longformer_roberta one (positions to 4096)"),
-    "export-hf": ("longformer_fs.commands.export_hf",
-                  "a longformer_roberta checkpoint as an HF transformers LongformerForMaskedLM directory"),
+    "convert-roberta": (
+        "longformer_fs.commands.convert_roberta",
+        "a fairseq RoBERTa checkpoint as a longformer_roberta one (positions to 4096)",
+    ),
+    "export-hf": (
+        "longformer_fs.commands.export_hf",
+        "a longformer_roberta checkpoint as an HF transformers LongformerForMaskedLM directory",
+    ),
     "bench attention": (
         "longformer_fs.benchmarks.attention",
         "time and peak memory of every attention implementation against sequence length",
     ),
     "bench lm": ("longformer_fs.benchmarks.lm", "training throughput of longformer_lm_small vs transformer_lm"),
-    "bench prep-docs": ("longformer_fs.benchmarks.prep_docs",
-                        "end-to-end MB/s of prep docs on a generated corpus, per worker count"),
+    "bench prep-docs": (
+        "longformer_fs.benchmarks.prep_docs",
+        "end-to-end MB/s of prep docs on a generated corpus, per worker count",
+    ),
 }
 
 
@@ -50,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                 group_parser = subparsers.add_parser(group[0], help=f"{group[0]} subcommands")
                 groups[group[0]] = group_parser.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
             target = groups[group[0]]
-        sub = target.add_parser(leaf, help=help_text, description=help_text,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        sub = target.add_parser(
+            leaf, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        )
         module = importlib.import_module(module_name)
         module.add_arguments(sub)
         sub.set_defaults(_main=module.main)

@@ -12,10 +12,7 @@ def _seed():
     torch.manual_seed(0)
 
 
-BAND_BACKENDS = [
-    pytest.param(name, id=name)
-    for name in ("reference", "chunks", "kernel")
-]
+BAND_BACKENDS = [pytest.param(name, id=name) for name in ("reference", "chunks", "kernel")]
 
 
 def backend_or_skip(name):

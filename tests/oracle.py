@@ -27,8 +27,20 @@ def _attend(query, keys, values, scale):
 
 
 def oracle_attention(
-    q, k, v, window, dilations, causal=False, pad=None, glob=None,
-    q_glob=None, k_glob=None, v_glob=None, scale=None, pos_query=None, pos_table=None,
+    q,
+    k,
+    v,
+    window,
+    dilations,
+    causal=False,
+    pad=None,
+    glob=None,
+    q_glob=None,
+    k_glob=None,
+    v_glob=None,
+    scale=None,
+    pos_query=None,
+    pos_table=None,
 ):
     """Longformer attention on ``(B, T, H, D)`` tensors, full semantics.
 
@@ -77,8 +89,16 @@ def oracle_layer(layer, x, pad=None, glob=None):
         return proj(x).transpose(0, 1).reshape(batch, seq_len, heads, head_dim)
 
     out = oracle_attention(
-        split(layer.q_proj), split(layer.k_proj), split(layer.v_proj),
-        layer.window, layer.dilations, layer.causal, pad, glob,
-        split(layer.q_proj_global), split(layer.k_proj_global), split(layer.v_proj_global),
+        split(layer.q_proj),
+        split(layer.k_proj),
+        split(layer.v_proj),
+        layer.window,
+        layer.dilations,
+        layer.causal,
+        pad,
+        glob,
+        split(layer.q_proj_global),
+        split(layer.k_proj_global),
+        split(layer.v_proj_global),
     )
     return layer.out_proj(out.reshape(batch, seq_len, channels).transpose(0, 1))

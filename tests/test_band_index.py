@@ -46,8 +46,10 @@ def test_effective_window_keeps_the_pattern(seq_len, dilation):
         w_eff = band.effective_window(window, seq_len, dilation)
         assert w_eff <= window
         for causal in (False, True):
-            assert torch.equal(band.band_mask(seq_len, w_eff, dilation, causal),
-                               band.band_mask(seq_len, window, dilation, causal))
+            assert torch.equal(
+                band.band_mask(seq_len, w_eff, dilation, causal), band.band_mask(seq_len, window, dilation, causal)
+            )
         if w_eff > 0:  # and it is the smallest such window
-            assert not torch.equal(band.band_mask(seq_len, w_eff - 1, dilation, False),
-                                   band.band_mask(seq_len, window, dilation, False))
+            assert not torch.equal(
+                band.band_mask(seq_len, w_eff - 1, dilation, False), band.band_mask(seq_len, window, dilation, False)
+            )

@@ -20,8 +20,7 @@ PAPER = {
     "layers": {"small": 12, "large": 30},
     "dropout": {"small": 0.2, "large": 0.4},
     # the paper's dilation numbers per layer (0 = no gaps), on 2 heads
-    "dilation": {"small": [0] * 6 + [1] * 2 + [2] * 2 + [3] * 2,
-                 "large": [0] * 15 + [1] * 5 + [2] * 5 + [3] * 5},
+    "dilation": {"small": [0] * 6 + [1] * 2 + [2] * 2 + [3] * 2, "large": [0] * 15 + [1] * 5 + [2] * 5 + [3] * 5},
 }
 
 
@@ -69,11 +68,22 @@ def test_every_phase_composes_with_the_papers_values(size):
 
 # ---------------------------------------------------------------- the chain, for real
 
-TINY = ["model.decoder_layers=2", "model.decoder_embed_dim=32", "model.decoder_ffn_embed_dim=64",
-        "model.decoder_attention_heads=4", "model.attention_dilations=\"'1,2'\"", "model.attention_windows=4:16",
-        "task.tokens_per_sample=64", "dataset.batch_size=8", "common.cpu=true", "common.log_interval=5",
-        "dataset.num_workers=0", "dataset.validate_interval_updates=10", "checkpoint.save_interval_updates=10",
-        "lr_scheduler.warmup_updates=2"]
+TINY = [
+    "model.decoder_layers=2",
+    "model.decoder_embed_dim=32",
+    "model.decoder_ffn_embed_dim=64",
+    "model.decoder_attention_heads=4",
+    "model.attention_dilations=\"'1,2'\"",
+    "model.attention_windows=4:16",
+    "task.tokens_per_sample=64",
+    "dataset.batch_size=8",
+    "common.cpu=true",
+    "common.log_interval=5",
+    "dataset.num_workers=0",
+    "dataset.validate_interval_updates=10",
+    "checkpoint.save_interval_updates=10",
+    "lr_scheduler.warmup_updates=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +102,16 @@ def data(tmp_path_factory):
 
 def make(target, data, *overrides):
     args = " ".join(TINY + list(overrides))
-    cmd = ["make", "--no-print-directory", "-o", ".venv/.installed", target, f"DATA={data / 'data'}",
-           f"SAVE={data / 'ckpt'}", f"HYDRA_ARGS={args}"]
+    cmd = [
+        "make",
+        "--no-print-directory",
+        "-o",
+        ".venv/.installed",
+        target,
+        f"DATA={data / 'data'}",
+        f"SAVE={data / 'ckpt'}",
+        f"HYDRA_ARGS={args}",
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 

@@ -11,8 +11,9 @@ from longformer_fs.cli import main
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "longformer_fs.cli", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "longformer_fs.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_info_reports_versions_and_backends():
@@ -40,9 +41,30 @@ def test_bench_attention_writes_table_json_and_plot(tmp_path, capsys):
     from longformer_fs.attention import available_backends
 
     impls = ["chunks", "reference", "sdpa", "sdpa-band"] + (["kernel"] if "kernel" in available_backends() else [])
-    code = main(["bench", "attention", "--seq-lens", "64,96", "--target-len", "64", "--window", "4",
-                 "--heads", "2", "--head-dim", "8", "--repeat", "1", "--threads", "1",
-                 "--impls", ",".join(impls), "--out", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "attention",
+            "--seq-lens",
+            "64,96",
+            "--target-len",
+            "64",
+            "--window",
+            "4",
+            "--heads",
+            "2",
+            "--head-dim",
+            "8",
+            "--repeat",
+            "1",
+            "--threads",
+            "1",
+            "--impls",
+            ",".join(impls),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "[scaling]" in out and "[variants]" in out and "fwd+bwd ms" in out
@@ -77,8 +99,9 @@ def test_bench_lm_measures_both_models_and_the_phase5_step(tmp_path, capsys):
     row = data["rows"][0]
     for model in ("longformer_lm_small", "transformer_lm"):
         assert row[model]["chars_per_s"] > 0 and row[model]["peak_gib"] > 0
-    assert row["speedup"] == pytest.approx(row["longformer_lm_small"]["chars_per_s"]
-                                           / row["transformer_lm"]["chars_per_s"], rel=0.01)
+    assert row["speedup"] == pytest.approx(
+        row["longformer_lm_small"]["chars_per_s"] / row["transformer_lm"]["chars_per_s"], rel=0.01
+    )
     assert data["phase5"]["seq_len"] == 96 and data["phase5"]["step_s"] > 0
     assert "speedup" in capsys.readouterr().out
 

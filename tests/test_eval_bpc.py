@@ -44,8 +44,9 @@ def test_matches_direct_computation_on_a_tiny_model(window, step, batch):
     from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
 
     torch.manual_seed(0)
-    shape = DecoderShape(vocab_size=9, padding_idx=1, embed_dim=16, ffn_dim=32, num_heads=2,
-                         windows=(3, 6), dilations=((1, 2), (1, 1)))
+    shape = DecoderShape(
+        vocab_size=9, padding_idx=1, embed_dim=16, ffn_dim=32, num_heads=2, windows=(3, 6), dilations=((1, 2), (1, 1))
+    )
     model = LongformerDecoder(shape, dropout=0.0).double().eval()
 
     def log_probs(inputs):

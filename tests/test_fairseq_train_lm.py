@@ -31,13 +31,50 @@ def fairseq_train(data, *extra):
     exe = Path(sys.executable).parent / "fairseq-train"
     if not exe.exists():
         pytest.skip("fairseq-train is not installed next to this interpreter")
-    cmd = [str(exe), str(data), "--user-dir", str(ROOT / "longformer_fs"), "--task", "longformer_char_lm",
-           "--arch", "longformer_lm_small", "--decoder-layers", "2", "--decoder-embed-dim", "32",
-           "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4", "--dilated-heads", "2",
-           "--attention-windows", "4:16", "--attention-dilations", "1,2", "--tokens-per-sample", "64",
-           "--batch-size", "8", "--optimizer", "adam", "--lr", "3e-3", "--criterion", "bpc_cross_entropy",
-           "--log-format", "json", "--log-interval", "10", "--cpu", "--num-workers", "0", "--dropout", "0.0",
-           *extra]
+    cmd = [
+        str(exe),
+        str(data),
+        "--user-dir",
+        str(ROOT / "longformer_fs"),
+        "--task",
+        "longformer_char_lm",
+        "--arch",
+        "longformer_lm_small",
+        "--decoder-layers",
+        "2",
+        "--decoder-embed-dim",
+        "32",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--decoder-attention-heads",
+        "4",
+        "--dilated-heads",
+        "2",
+        "--attention-windows",
+        "4:16",
+        "--attention-dilations",
+        "1,2",
+        "--tokens-per-sample",
+        "64",
+        "--batch-size",
+        "8",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "3e-3",
+        "--criterion",
+        "bpc_cross_entropy",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "10",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--dropout",
+        "0.0",
+        *extra,
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     logs = []
@@ -50,8 +87,7 @@ def fairseq_train(data, *extra):
 
 
 def test_training_lowers_bpc_and_scores_every_valid_character(data_bin, tmp_path):
-    logs = fairseq_train(data_bin, "--max-update", "40", "--save-dir", str(tmp_path / "ckpt"),
-                         "--no-epoch-checkpoints")
+    logs = fairseq_train(data_bin, "--max-update", "40", "--save-dir", str(tmp_path / "ckpt"), "--no-epoch-checkpoints")
     train = [float(entry["bpc"]) for tag, entry in logs if tag == "train_inner"]
     valid = [entry for tag, entry in logs if tag == "valid"]
     assert len(train) >= 3 and train[-1] < 0.6 * train[0], train
@@ -64,14 +100,38 @@ def test_eval_bpc_on_the_trained_checkpoint(data_bin, tmp_path):
 
     fairseq_train(data_bin, "--max-update", "20", "--save-dir", str(tmp_path / "ckpt"), "--no-epoch-checkpoints")
     out = tmp_path / "eval.json"
-    result = subprocess.run([sys.executable, "-m", "longformer_fs.cli", "eval-bpc",
-                             str(tmp_path / "ckpt" / "checkpoint_last.pt"), "--data", str(data_bin),
-                             "--window", "200", "--step", "50", "--batch-size", "4", "--json", str(out)],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "longformer_fs.cli",
+            "eval-bpc",
+            str(tmp_path / "ckpt" / "checkpoint_last.pt"),
+            "--data",
+            str(data_bin),
+            "--window",
+            "200",
+            "--step",
+            "50",
+            "--batch-size",
+            "4",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(out.read_text())
     assert summary["scored"] == summary["split_chars"] == SPLITS[2]
     assert 0.5 < summary["bpc"] < 4.0
-    missing = subprocess.run([sys.executable, "-m", "longformer_fs.cli", "eval-bpc", str(tmp_path / "nope.pt"),
-                              "--data", str(data_bin)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    missing = subprocess.run(
+        [sys.executable, "-m", "longformer_fs.cli", "eval-bpc", str(tmp_path / "nope.pt"), "--data", str(data_bin)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert missing.returncode == 2 and "checkpoint:" in missing.stderr

@@ -44,8 +44,15 @@ def test_header_index_math_matches_python_reference(window, dilation, causal):
                     n = len(range(residue, seq_len, dilation))
                     lo = max(0, query - window)
                     hi = min(seq_len, query + 1 + (0 if causal else window))
-                    assert got == [width, key, -1 if column_py is None else column_py, n,
-                                   band.effective_window(window, seq_len, 1), lo, hi]
+                    assert got == [
+                        width,
+                        key,
+                        -1 if column_py is None else column_py,
+                        n,
+                        band.effective_window(window, seq_len, 1),
+                        lo,
+                        hi,
+                    ]
 
 
 # ------------------------------------------------------------------ CUDA compile check
@@ -62,9 +69,24 @@ def test_cuda_sources_compile_for_sm80_and_sm90(tmp_path):
     assert sources, "no .cu files found"
     jobs = []
     for src, arch in itertools.product(sources, ("80", "90")):
-        cmd = [_nvcc(), "-std=c++17", "-O3", "-DLFS_WITH_CUDA", f"-I{EXT / 'include'}",
-               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-c", str(src), "-o", str(tmp_path / f"{src.stem}_{arch}.o")]
-        jobs.append((f"{src.name} sm_{arch}", subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        cmd = [
+            _nvcc(),
+            "-std=c++17",
+            "-O3",
+            "-DLFS_WITH_CUDA",
+            f"-I{EXT / 'include'}",
+            f"-gencode=arch=compute_{arch},code=sm_{arch}",
+            "-c",
+            str(src),
+            "-o",
+            str(tmp_path / f"{src.stem}_{arch}.o"),
+        ]
+        jobs.append(
+            (
+                f"{src.name} sm_{arch}",
+                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+            )
+        )
     for name, proc in jobs:
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{name} failed:\n{out}"
@@ -74,8 +96,15 @@ def test_binding_cuda_branch_compiles(tmp_path):
     """binding.cpp with LFS_WITH_CUDA, against this torch's headers (no CUDA headers needed)."""
     from torch.utils.cpp_extension import include_paths
 
-    cmd = ["g++", "-std=c++20", "-fsyntax-only", "-DLFS_WITH_CUDA", "-DTORCH_EXTENSION_NAME=_band_kernels",
-           f"-I{EXT / 'include'}", f"-I{sysconfig.get_paths()['include']}"]
+    cmd = [
+        "g++",
+        "-std=c++20",
+        "-fsyntax-only",
+        "-DLFS_WITH_CUDA",
+        "-DTORCH_EXTENSION_NAME=_band_kernels",
+        f"-I{EXT / 'include'}",
+        f"-I{sysconfig.get_paths()['include']}",
+    ]
     cmd += [f"-I{p}" for p in include_paths()] + [str(EXT / "binding.cpp")]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -106,10 +135,12 @@ def test_fp32_within_1e5_of_float64_oracle(causal):
 @needs_kernel
 @pytest.mark.parametrize(
     "seq_len,window,dilation",
-    [(5, 3, 1),     # T < 2w + 1
-     (50, 0, 1),    # w = 0: each token sees itself
-     (17, 9, 2),    # d * w >= T
-     (97, 5, 3)],   # T not a multiple of any tile or of d
+    [
+        (5, 3, 1),  # T < 2w + 1
+        (50, 0, 1),  # w = 0: each token sees itself
+        (17, 9, 2),  # d * w >= T
+        (97, 5, 3),
+    ],  # T not a multiple of any tile or of d
 )
 def test_edge_shapes_single_batch_and_head(seq_len, window, dilation):
     """B * H = 1 leaves one work item; shapes around the tile and window edges."""
@@ -118,8 +149,9 @@ def test_edge_shapes_single_batch_and_head(seq_len, window, dilation):
         out = banded_attention(q, k, v, window, dilation, causal, backend="kernel")
         expected = oracle_attention(q, k, v, window, (dilation,), causal)
         torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
-    assert torch.autograd.gradcheck(lambda a, b, c: banded_attention(a, b, c, window, dilation, backend="kernel"),
-                                    (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: banded_attention(a, b, c, window, dilation, backend="kernel"), (q, k, v)
+    )
 
 
 @needs_kernel
@@ -130,7 +162,8 @@ def test_gradcheck_float64_tiny(window, dilation):
     pad[0, 7:] = True
     for causal in (False, True):
         assert torch.autograd.gradcheck(
-            lambda a, b, c: banded_attention(a, b, c, window, dilation, causal, pad, backend="kernel"), (q, k, v))
+            lambda a, b, c: banded_attention(a, b, c, window, dilation, causal, pad, backend="kernel"), (q, k, v)
+        )
 
 
 @needs_kernel
@@ -243,7 +276,8 @@ def test_gpu_gradcheck_float64():
     q, k, v = (torch.randn(1, 11, 2, 4, dtype=torch.float64, device="cuda", requires_grad=True) for _ in range(3))
     for window, dilation, causal in itertools.product((1, 3), (1, 2), (False, True)):
         assert torch.autograd.gradcheck(
-            lambda a, b, c: banded_attention(a, b, c, window, dilation, causal, backend="kernel"), (q, k, v))
+            lambda a, b, c: banded_attention(a, b, c, window, dilation, causal, backend="kernel"), (q, k, v)
+        )
 
 
 @needs_gpu

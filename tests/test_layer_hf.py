@@ -54,7 +54,10 @@ def hf_forward(hf, hidden, pad, glob):
     mask[glob] = 10000.0
     mask[pad] = -10000.0
     return hf(
-        hidden, attention_mask=mask, is_index_masked=mask < 0, is_index_global_attn=mask > 0,
+        hidden,
+        attention_mask=mask,
+        is_index_masked=mask < 0,
+        is_index_global_attn=mask > 0,
         is_global_attn=bool(glob.any()),
     )[0]
 

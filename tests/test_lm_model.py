@@ -25,8 +25,16 @@ def test_relative_attention_matches_dense_float64_reference(window, dilation, ca
 
     # Independent: the oracle's row loop with the Transformer-XL terms spelled out.
     q, k, v = (t.transpose(0, 1).reshape(2, 23, 4, 4) for t in layer.qkv_proj(x).chunk(3, -1))
-    expected = oracle_attention(q + layer.content_bias, k, v, window, layer.dilations, causal,
-                                pos_query=q + layer.position_bias, pos_table=layer.position_table(window))
+    expected = oracle_attention(
+        q + layer.content_bias,
+        k,
+        v,
+        window,
+        layer.dilations,
+        causal,
+        pos_query=q + layer.position_bias,
+        pos_table=layer.position_table(window),
+    )
     expected = layer.out_proj(expected.reshape(2, 23, 16).transpose(0, 1))
     torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
 
@@ -42,12 +50,19 @@ def test_position_table_uses_each_heads_distances():
     for h, d in enumerate((1, 3)):
         for c in range(3):
             full = layer.pos_proj(sinusoid(torch.tensor(d * (2 - c)), 8).double())
-            torch.testing.assert_close(table[h, c], full[h * 4:(h + 1) * 4])
+            torch.testing.assert_close(table[h, c], full[h * 4 : (h + 1) * 4])
 
 
 def small_decoder(checkpoint=False):
-    shape = DecoderShape(vocab_size=11, padding_idx=1, embed_dim=16, ffn_dim=32, num_heads=4,
-                         windows=(2, 5), dilations=((1, 1, 1, 2), (1, 1, 2, 3)))
+    shape = DecoderShape(
+        vocab_size=11,
+        padding_idx=1,
+        embed_dim=16,
+        ffn_dim=32,
+        num_heads=4,
+        windows=(2, 5),
+        dilations=((1, 1, 1, 2), (1, 1, 2, 3)),
+    )
     torch.manual_seed(0)
     return LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).double()
 

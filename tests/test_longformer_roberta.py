@@ -22,8 +22,16 @@ from longformer_fs.evaluation.masked_lm import masked_lm_bits
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 WORDS = 16
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "4"]
+TINY = [
+    "--encoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "64",
+    "--encoder-ffn-embed-dim",
+    "128",
+    "--encoder-attention-heads",
+    "4",
+]
 RESULTS = {}  # the miniature Table 6, filled by the tests below
 
 
@@ -49,7 +57,7 @@ def runs_text(n_words: int, seed: int) -> str:
     words: list[str] = []
     while len(words) < n_words:
         words += [f"w{rng.integers(WORDS)}"] * int(rng.integers(3, 7))
-    return "\n".join(" ".join(words[i:i + 40]) for i in range(0, n_words, 40)) + "\n"
+    return "\n".join(" ".join(words[i : i + 40]) for i in range(0, n_words, 40)) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +65,18 @@ def data(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mlm")
     (tmp / "train.txt").write_text(runs_text(60000, 0))
     (tmp / "valid.txt").write_text(runs_text(12000, 1))
-    run(BIN / "fairseq-preprocess", "--only-source", "--trainpref", tmp / "train.txt", "--validpref",
-        tmp / "valid.txt", "--destdir", tmp / "bin", "--workers", "1")
+    run(
+        BIN / "fairseq-preprocess",
+        "--only-source",
+        "--trainpref",
+        tmp / "train.txt",
+        "--validpref",
+        tmp / "valid.txt",
+        "--destdir",
+        tmp / "bin",
+        "--workers",
+        "1",
+    )
     return tmp / "bin"
 
 
@@ -66,12 +84,56 @@ def data(tmp_path_factory):
 def roberta(data, tmp_path_factory):
     """A released-RoBERTa-like directory: model.pt and dict.txt."""
     save = tmp_path_factory.mktemp("roberta")
-    run(BIN / "fairseq-train", data, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta", *TINY,
-        "--max-positions", "128", "--tokens-per-sample", "128", "--sample-break-mode", "none",
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-3", "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16", "--max-update", "1000", "--dropout", "0",
-        "--attention-dropout", "0", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
-        "--seed", "1", "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "100")
+    run(
+        BIN / "fairseq-train",
+        data,
+        "--task",
+        "masked_lm",
+        "--criterion",
+        "masked_lm",
+        "--arch",
+        "roberta",
+        *TINY,
+        "--max-positions",
+        "128",
+        "--tokens-per-sample",
+        "128",
+        "--sample-break-mode",
+        "none",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        "5e-3",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "100",
+        "--clip-norm",
+        "1.0",
+        "--batch-size",
+        "16",
+        "--max-update",
+        "1000",
+        "--dropout",
+        "0",
+        "--attention-dropout",
+        "0",
+        "--save-dir",
+        save,
+        "--no-epoch-checkpoints",
+        "--disable-validation",
+        "--seed",
+        "1",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "100",
+    )
     (save / "checkpoint_last.pt").rename(save / "model.pt")
     (save / "dict.txt").write_bytes((data / "dict.txt").read_bytes())
     return save
@@ -133,7 +195,8 @@ def test_table6_copied_positions_keep_the_loss_random_ones_do_not(roberta, copie
     for name, path in (("random", tmp_path / "random" / "model.pt"), ("copy", copied)):
         model, _ = load(path, data)
         RESULTS[f"Longformer, {name} position embeddings, 512 tokens"] = score(
-            model, task, valid_blocks(task, data, 512, n_tokens))
+            model, task, valid_blocks(task, data, 512, n_tokens)
+        )
     base = RESULTS["RoBERTa, 128 tokens"]
     copied = RESULTS["Longformer, copy position embeddings, 512 tokens"]
     randomised = RESULTS["Longformer, random position embeddings, 512 tokens"]
@@ -143,9 +206,29 @@ def test_table6_copied_positions_keep_the_loss_random_ones_do_not(roberta, copie
 
 
 def fairseq_validate(checkpoint, data):
-    out = run(BIN / "fairseq-validate", data, "--path", checkpoint, "--user-dir", ROOT / "longformer_fs",
-              "--task", "masked_lm", "--tokens-per-sample", "512", "--sample-break-mode", "none",
-              "--batch-size", "8", "--cpu", "--num-workers", "0", "--seed", "3", "--log-format", "json")
+    out = run(
+        BIN / "fairseq-validate",
+        data,
+        "--path",
+        checkpoint,
+        "--user-dir",
+        ROOT / "longformer_fs",
+        "--task",
+        "masked_lm",
+        "--tokens-per-sample",
+        "512",
+        "--sample-break-mode",
+        "none",
+        "--batch-size",
+        "8",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--seed",
+        "3",
+        "--log-format",
+        "json",
+    )
     line = next(line for line in out.splitlines() if '| valid | {"valid_loss"' in line)
     return float(json.loads(line.split("| valid | ", 1)[1])["valid_loss"])
 
@@ -153,15 +236,35 @@ def fairseq_validate(checkpoint, data):
 def test_continued_pretraining_with_the_recipe_lowers_valid_loss(copied, data, tmp_path):
     save = tmp_path / "run"
     before = fairseq_validate(copied, data)
-    run(BIN / "fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "mlm", "--config-name",
-        "longformer_base_4096", f"task.data={data}", f"checkpoint.finetune_from_model={copied}",
-        f"checkpoint.save_dir={save}", "common.fp16=false", "common.cpu=true", "task.tokens_per_sample=512",
-        "task.sample_break_mode=none", "model.max_positions=512", "model.attention_window='32'",
-        "+model.encoder_layers=2", "+model.encoder_embed_dim=64", "+model.encoder_ffn_embed_dim=128",
-        "+model.encoder_attention_heads=4", "dataset.batch_size=8", "dataset.num_workers=0",
-        "optimization.update_freq=[1]", "optimization.max_update=50", "optimization.lr=[5e-4]",
-        "lr_scheduler.warmup_updates=5", "lr_scheduler.total_num_update=50", "dataset.validate_interval_updates=50",
-        "common.log_interval=10")
+    run(
+        BIN / "fairseq-hydra-train",
+        "--config-dir",
+        ROOT / "recipes" / "mlm",
+        "--config-name",
+        "longformer_base_4096",
+        f"task.data={data}",
+        f"checkpoint.finetune_from_model={copied}",
+        f"checkpoint.save_dir={save}",
+        "common.fp16=false",
+        "common.cpu=true",
+        "task.tokens_per_sample=512",
+        "task.sample_break_mode=none",
+        "model.max_positions=512",
+        "model.attention_window='32'",
+        "+model.encoder_layers=2",
+        "+model.encoder_embed_dim=64",
+        "+model.encoder_ffn_embed_dim=128",
+        "+model.encoder_attention_heads=4",
+        "dataset.batch_size=8",
+        "dataset.num_workers=0",
+        "optimization.update_freq=[1]",
+        "optimization.max_update=50",
+        "optimization.lr=[5e-4]",
+        "lr_scheduler.warmup_updates=5",
+        "lr_scheduler.total_num_update=50",
+        "dataset.validate_interval_updates=50",
+        "common.log_interval=10",
+    )
     after = fairseq_validate(save / "checkpoint_last.pt", data)
     assert after < before, (before, after)  # fairseq's own valid loss (bits), BERT-style masking
     # The same drop under the table's fixed masking.
@@ -194,21 +297,29 @@ def test_hf_export_matches_our_logits(copied, data, tmp_path, with_global):
 
 def test_convert_refuses_bad_input_with_clear_messages(roberta, tmp_path):
     def fails(*args):
-        result = subprocess.run([str(BIN / "longformer-fs"), *map(str, args)], capture_output=True, text=True,
-                                cwd=ROOT)
+        result = subprocess.run([str(BIN / "longformer-fs"), *map(str, args)], capture_output=True, text=True, cwd=ROOT)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         return result.stderr
 
-    assert "smaller than the checkpoint's 128" in fails("convert-roberta", roberta, "--out", tmp_path / "a",
-                                                        "--max-positions", "64")
+    assert "smaller than the checkpoint's 128" in fails(
+        "convert-roberta", roberta, "--out", tmp_path / "a", "--max-positions", "64"
+    )
     (tmp_path / "fake").mkdir()
-    torch.save({"model": {"decoder.embed_tokens.weight": torch.zeros(3, 2)}, "cfg": {"model": {"_name": "lstm"}},
-                "optimizer_history": [{"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {},
-                                       "num_updates": 0}],
-                "extra_state": {"train_iterator": {"epoch": 1}}}, tmp_path / "fake" / "model.pt")
+    torch.save(
+        {
+            "model": {"decoder.embed_tokens.weight": torch.zeros(3, 2)},
+            "cfg": {"model": {"_name": "lstm"}},
+            "optimizer_history": [
+                {"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {}, "num_updates": 0}
+            ],
+            "extra_state": {"train_iterator": {"epoch": 1}},
+        },
+        tmp_path / "fake" / "model.pt",
+    )
     (tmp_path / "fake" / "dict.txt").write_text("a 1\n")
-    assert "not a fairseq RoBERTa-like encoder (model: lstm)" in fails("convert-roberta", tmp_path / "fake",
-                                                                       "--out", tmp_path / "b")
+    assert "not a fairseq RoBERTa-like encoder (model: lstm)" in fails(
+        "convert-roberta", tmp_path / "fake", "--out", tmp_path / "b"
+    )
     assert "does not exist" in fails("convert-roberta", tmp_path / "missing", "--out", tmp_path / "c")
 
 

@@ -34,8 +34,9 @@ def test_fairseq_train_accepts_user_dir():
     exe = bin_dir / "fairseq-train"
     if not exe.exists():
         pytest.skip("fairseq-train is not installed next to this interpreter")
-    result = subprocess.run([str(exe), "--user-dir", "longformer_fs", "--help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(exe), "--user-dir", "longformer_fs", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert "--user-dir" in result.stdout
 

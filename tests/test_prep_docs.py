@@ -70,19 +70,46 @@ def column(x, lines, top=30):
 @pytest.fixture(scope="module")
 def pdfs(tmp_path_factory):
     d = tmp_path_factory.mktemp("pdfs")
-    make_pdf(d / "two_column.pdf", [
-        column(20, ["Sparse Attention for Long Documents", "A. Author and B. Author", "Abstract",
-                    "We study long docu-", "ments with sparse attention."])
-        + column(20, ["1 Introduction", "Long inputs are com-", "mon in practice."], top=70)
-        + column(110, ["Transformers are quad-", "ratic in length."], top=70),
-        column(20, ["2 Method", "The left column ends here."]) + column(110, ["The right column fol-",
-                                                                            "lows it. Transformer-", "XL stays."]),
-    ], title="Sparse Attention for Long Documents")
-    make_pdf(d / "ieee.pdf", [column(20, ["Banded Kernels", "C. Author", "Abstract\u2014We compute the band",
-                                          "directly.", "I. INTRODUCTION", "Dense attention wastes work."]),
-                              column(20, ["II. METHOD", "Tiles."])])
-    make_pdf(d / "no_abstract.pdf", [column(20, ["Notes on Windows", "Windows are local."]),
-                                     column(20, ["That is all."])])
+    make_pdf(
+        d / "two_column.pdf",
+        [
+            column(
+                20,
+                [
+                    "Sparse Attention for Long Documents",
+                    "A. Author and B. Author",
+                    "Abstract",
+                    "We study long docu-",
+                    "ments with sparse attention.",
+                ],
+            )
+            + column(20, ["1 Introduction", "Long inputs are com-", "mon in practice."], top=70)
+            + column(110, ["Transformers are quad-", "ratic in length."], top=70),
+            column(20, ["2 Method", "The left column ends here."])
+            + column(110, ["The right column fol-", "lows it. Transformer-", "XL stays."]),
+        ],
+        title="Sparse Attention for Long Documents",
+    )
+    make_pdf(
+        d / "ieee.pdf",
+        [
+            column(
+                20,
+                [
+                    "Banded Kernels",
+                    "C. Author",
+                    "Abstract\u2014We compute the band",
+                    "directly.",
+                    "I. INTRODUCTION",
+                    "Dense attention wastes work.",
+                ],
+            ),
+            column(20, ["II. METHOD", "Tiles."]),
+        ],
+    )
+    make_pdf(
+        d / "no_abstract.pdf", [column(20, ["Notes on Windows", "Windows are local."]), column(20, ["That is all."])]
+    )
     (d / "corrupt.pdf").write_bytes(b"%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage without xref\n")
     make_pdf(d / "encrypted.pdf", [column(20, ["Secret", "Abstract", "Hidden."])], encrypt=True)
     return d
@@ -116,8 +143,11 @@ def test_wikitext_is_stripped_and_dump_streamed(tmp_path):
     assert [title for title, _ in pages] == ["Sliding windows", "Dilation"]  # no redirect, no talk page
     text = pages[0][1]
     assert text.splitlines() == [
-        "Sliding windows are used in attention models.", "History",
-        "They were described in Longformer and a paper.", "A list item with & an entity."]
+        "Sliding windows are used in attention models.",
+        "History",
+        "They were described in Longformer and a paper.",
+        "A list item with & an entity.",
+    ]
     assert strip_markup("[[Image:x.png|a [[b]] c]] kept") == "kept"
 
 
@@ -126,8 +156,26 @@ def test_wikitext_is_stripped_and_dump_streamed(tmp_path):
 
 def documents_text(seed, n, words=120):
     rng = np.random.default_rng(seed)
-    vocab = ["window", "attention", "band", "token", "kernel", "layer", "global", "local", "sparse", "dense",
-             "the", "a", "of", "long", "document", "model", "résumé", "naïve"]
+    vocab = [
+        "window",
+        "attention",
+        "band",
+        "token",
+        "kernel",
+        "layer",
+        "global",
+        "local",
+        "sparse",
+        "dense",
+        "the",
+        "a",
+        "of",
+        "long",
+        "document",
+        "model",
+        "résumé",
+        "naïve",
+    ]
     return [" ".join(rng.choice(vocab, words)) + ".\n" + " ".join(rng.choice(vocab, words // 2)) for _ in range(n)]
 
 
@@ -150,8 +198,9 @@ def corpus(tmp_path_factory, pdfs):
     long_wiki = WIKI.replace("Dilation skips", "Windows slide. " * 3000 + "Dilation skips")
     long_wiki = long_wiki.replace("<title>Dilation</title>", "<title>Long</title>")
     cut = long_wiki.index("</page>", long_wiki.index("<title>Long")) + len("</page>")
-    (d / "truncated.xml.bz2").write_bytes(bz2.compress(long_wiki[:cut].encode())
-                                          + bz2.compress(long_wiki[cut:].encode())[:-40])
+    (d / "truncated.xml.bz2").write_bytes(
+        bz2.compress(long_wiki[:cut].encode()) + bz2.compress(long_wiki[cut:].encode())[:-40]
+    )
     every_text = books + news + [t for _, t in iter_wiki_pages(d / "wiki.xml")]
     papers = [read_paper(p) for p in sorted(pdfs.glob("[int]*.pdf"))]
     tokenizer = train_bpe(every_text + [p.body for p in papers] + [p.abstract or "" for p in papers], d, 300)
@@ -160,11 +209,40 @@ def corpus(tmp_path_factory, pdfs):
 
 def run_prep(corpus, pdfs, out, *extra):
     d = corpus[0]
-    cmd = [CLI, "prep", "docs", "--out", out, "--encoder-json", d / "encoder.json", "--vocab-bpe", d / "vocab.bpe",
-           "--dict", d / "dict.txt", "--source", f"books=txt:{d / 'books'}", "--source", f"news=jsonl:{d / 'news.jsonl'}",
-           "--text-field", "news=body", "--source", f"wiki=wiki:{d / 'wiki.xml'}",
-           "--source", f"wiki=wiki:{d / 'truncated.xml.bz2'}", "--source", f"papers=pdf:{pdfs}",
-           "--min-tokens", "news=1000", "--valid-fraction", "0.2", "--test-fraction", "0.1", "--workers", "2", *extra]
+    cmd = [
+        CLI,
+        "prep",
+        "docs",
+        "--out",
+        out,
+        "--encoder-json",
+        d / "encoder.json",
+        "--vocab-bpe",
+        d / "vocab.bpe",
+        "--dict",
+        d / "dict.txt",
+        "--source",
+        f"books=txt:{d / 'books'}",
+        "--source",
+        f"news=jsonl:{d / 'news.jsonl'}",
+        "--text-field",
+        "news=body",
+        "--source",
+        f"wiki=wiki:{d / 'wiki.xml'}",
+        "--source",
+        f"wiki=wiki:{d / 'truncated.xml.bz2'}",
+        "--source",
+        f"papers=pdf:{pdfs}",
+        "--min-tokens",
+        "news=1000",
+        "--valid-fraction",
+        "0.2",
+        "--test-fraction",
+        "0.1",
+        "--workers",
+        "2",
+        *extra,
+    ]
     result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout + result.stderr
     return result.stdout
@@ -213,8 +291,7 @@ def test_run_reports_stats_and_every_skip(prepared):
         assert name in stdout
     assert "news.jsonl:4: malformed JSON" in stdout
     papers = [json.loads(line) for line in (out / "papers.jsonl").read_text().splitlines()]
-    assert {p["title"] for p in papers} == {"Sparse Attention for Long Documents", "Banded Kernels",
-                                            "Notes on Windows"}
+    assert {p["title"] for p in papers} == {"Sparse Attention for Long Documents", "Banded Kernels", "Notes on Windows"}
     assert set(papers[0]) == {"source", "file", "title", "abstract", "body"}
 
 
@@ -239,8 +316,9 @@ def test_masked_lm_task_loads_it_and_complete_doc_blocks_stay_in_one_document(pr
     from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
     out, _ = prepared
-    task = MaskedLMTask.setup_task(MaskedLMConfig(data=str(out), tokens_per_sample=64,
-                                                  sample_break_mode="complete_doc", seed=1))
+    task = MaskedLMTask.setup_task(
+        MaskedLMConfig(data=str(out), tokens_per_sample=64, sample_break_mode="complete_doc", seed=1)
+    )
     task.load_dataset("train")
     dataset = task.dataset("train")
     assert len(dataset) > 0 and dataset[0]["net_input.src_tokens"][0] == task.source_dictionary.bos()
@@ -258,7 +336,7 @@ def test_masked_lm_task_loads_it_and_complete_doc_blocks_stay_in_one_document(pr
 
 def _contains(run, part):
     n = len(part)
-    return any(run[i:i + n] == part for i in range(len(run) - n + 1))
+    return any(run[i : i + n] == part for i in range(len(run) - n + 1))
 
 
 def test_rerun_is_a_no_op(prepared, corpus, pdfs):
@@ -271,8 +349,9 @@ def test_rerun_is_a_no_op(prepared, corpus, pdfs):
 
 def test_interrupted_run_never_looks_complete(corpus, tmp_path, monkeypatch):
     d = corpus[0]
-    cfg = DocPrepConfig((SourceSpec("books", "txt", d / "books"),), d / "encoder.json", d / "vocab.bpe",
-                        d / "dict.txt", workers=1)
+    cfg = DocPrepConfig(
+        (SourceSpec("books", "txt", d / "books"),), d / "encoder.json", d / "vocab.bpe", d / "dict.txt", workers=1
+    )
 
     def dies(spec, path):
         yield from ()
@@ -290,8 +369,14 @@ def test_interrupted_run_never_looks_complete(corpus, tmp_path, monkeypatch):
 
 def test_fraction_samples_deterministically(corpus, tmp_path):
     d = corpus[0]
-    cfg = DocPrepConfig((SourceSpec("news", "jsonl", d / "news.jsonl", "body"),), d / "encoder.json",
-                        d / "vocab.bpe", d / "dict.txt", fractions={"news": 0.5}, workers=1)
+    cfg = DocPrepConfig(
+        (SourceSpec("news", "jsonl", d / "news.jsonl", "body"),),
+        d / "encoder.json",
+        d / "vocab.bpe",
+        d / "dict.txt",
+        fractions={"news": 0.5},
+        workers=1,
+    )
     first = prepare_docs(cfg, tmp_path / "a", log=lambda *_: None)["sources"]["news"]
     second = prepare_docs(cfg, tmp_path / "b", log=lambda *_: None)["sources"]["news"]
     assert first == second
@@ -308,10 +393,20 @@ def test_clear_errors(corpus, tmp_path):
         (["--source", f"x=txt:{d / 'books'}", "--fraction", "y=0.5"], "no source named y"),
         (["--source", f"x=txt:{d / 'books'}", "--out", tmp_path / "used"], "holds files this command did not write"),
     ]:
-        cmd = [CLI, "prep", "docs", "--encoder-json", d / "encoder.json", "--vocab-bpe", d / "vocab.bpe",
-               "--dict", d / "dict.txt", "--workers", "1"]
+        cmd = [
+            CLI,
+            "prep",
+            "docs",
+            "--encoder-json",
+            d / "encoder.json",
+            "--vocab-bpe",
+            d / "vocab.bpe",
+            "--dict",
+            d / "dict.txt",
+            "--workers",
+            "1",
+        ]
         if "--out" not in args:
             cmd += ["--out", tmp_path / "o"]
         result = subprocess.run([str(c) for c in cmd + args], capture_output=True, text=True, cwd=ROOT)
-        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, \
-            result.stderr
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr

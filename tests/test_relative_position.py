@@ -15,25 +15,29 @@ H, D = 3, 4
 @pytest.mark.parametrize("backend", ["reference", "chunks", "kernel"])
 @pytest.mark.parametrize(
     "seq_len,window,dilations,causal",
-    [(17, 3, (1, 1, 1), True), (17, 2, (1, 2, 3), False), (19, 4, (2, 1, 3), True),
-     (6, 9, (1, 2, 1), True),  # window clamped: only the table's middle columns are used
-     (6, 9, (1, 1, 3), False)],
+    [
+        (17, 3, (1, 1, 1), True),
+        (17, 2, (1, 2, 3), False),
+        (19, 4, (2, 1, 3), True),
+        (6, 9, (1, 2, 1), True),  # window clamped: only the table's middle columns are used
+        (6, 9, (1, 1, 3), False),
+    ],
 )
 def test_position_term_matches_oracle(backend, seq_len, window, dilations, causal):
     gen = torch.Generator().manual_seed(seq_len + window)
     q, k, v, pq = (torch.randn(2, seq_len, H, D, generator=gen, dtype=torch.float64) for _ in range(4))
     table = torch.randn(H, band.band_width(window, causal), D, generator=gen, dtype=torch.float64)
     pad = torch.zeros(2, seq_len, dtype=torch.bool)
-    pad[1, seq_len - 2:] = True
+    pad[1, seq_len - 2 :] = True
     leaves = [x.clone().requires_grad_() for x in (q, k, v, pq, table)]
     spec = BandSpec(window, dilations, causal, D**-0.5, relative=True)
     heads_first = [x.transpose(1, 2) for x in leaves[:4]]
-    out, _ = band_attention_with_lse(*heads_first[:3], pad, spec, backend,
-                                     PositionTerm(heads_first[3], leaves[4]))
+    out, _ = band_attention_with_lse(*heads_first[:3], pad, spec, backend, PositionTerm(heads_first[3], leaves[4]))
     out = out.transpose(1, 2).masked_fill(pad[..., None, None], 0)
     oracle_leaves = [x.clone().requires_grad_() for x in (q, k, v, pq, table)]
-    expected = oracle_attention(*oracle_leaves[:3], window, dilations, causal, pad,
-                                pos_query=oracle_leaves[3], pos_table=oracle_leaves[4])
+    expected = oracle_attention(
+        *oracle_leaves[:3], window, dilations, causal, pad, pos_query=oracle_leaves[3], pos_table=oracle_leaves[4]
+    )
     torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
 
     weight = torch.randn(out.shape, generator=gen, dtype=torch.float64)
@@ -66,7 +70,9 @@ def test_band_distances_and_sinusoid():
         sinusoid(dist, 5)
 
 
-@pytest.mark.parametrize("window,dilations,causal", [(40, (1, 2, 3), True), (23, (2, 1, 1), False), (300, (1, 1, 2), True)])
+@pytest.mark.parametrize(
+    "window,dilations,causal", [(40, (1, 2, 3), True), (23, (2, 1, 1), False), (300, (1, 1, 2), True)]
+)
 def test_kernel_position_term_fp32_many_blocks(window, dilations, causal):
     """fp32 kernel vs the float64 oracle on a sequence of several query blocks per item,
     where blocks start mid-table (c0 > 0), and with w >= T (the clamped table)."""
@@ -79,8 +85,9 @@ def test_kernel_position_term_fp32_many_blocks(window, dilations, causal):
     heads_first = [x.transpose(1, 2) for x in leaves[:4]]
     out, _ = band_attention_with_lse(*heads_first[:3], None, spec, "kernel", PositionTerm(heads_first[3], leaves[4]))
     oracle_leaves = [x.clone().requires_grad_() for x in (q, k, v, pq, table)]
-    expected = oracle_attention(*oracle_leaves[:3], window, dilations, causal,
-                                pos_query=oracle_leaves[3], pos_table=oracle_leaves[4])
+    expected = oracle_attention(
+        *oracle_leaves[:3], window, dilations, causal, pos_query=oracle_leaves[3], pos_table=oracle_leaves[4]
+    )
     torch.testing.assert_close(out.transpose(1, 2).double(), expected, atol=1e-5, rtol=1e-5)
 
     weight = torch.randn(out.transpose(1, 2).shape, generator=gen, dtype=torch.float64)

@@ -22,8 +22,8 @@
 namespace lfs {
 namespace {
 
-constexpr int64_t kAlign = 16;  // tile columns and padded head dim are multiples of this
-constexpr int64_t kRows = 6;    // micro-kernel rows
+constexpr int64_t kAlign = 16;          // tile columns and padded head dim are multiples of this
+constexpr int64_t kRows = 6;            // micro-kernel rows
 constexpr int64_t kTileFloats = 65536;  // score-tile budget per block (256 KiB in fp32)
 constexpr int64_t kMaxRows = 48;        // query rows per block
 
@@ -91,8 +91,8 @@ struct MicroKernel {
 #define LFS_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 template <int MR, bool kAccumulate>
 struct MicroKernel<float, MR, kAccumulate> {
-  static inline void run(int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const float* B, int64_t ldb,
-                         float* C, int64_t ldc) {
+  static inline void run(int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const float* B, int64_t ldb, float* C,
+                         int64_t ldc) {
 #define LFS_DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
     LFS_ROWS(LFS_DECL)
 #undef LFS_DECL
@@ -109,15 +109,15 @@ struct MicroKernel<float, MR, kAccumulate> {
       LFS_ROWS(LFS_FMA)
 #undef LFS_FMA
     }
-#define LFS_STORE(r)                                                    \
-  if constexpr (r < MR) {                                               \
-    float* dst = C + r * ldc;                                           \
-    if (kAccumulate) {                                                  \
-      c##r##0 = _mm256_add_ps(c##r##0, _mm256_loadu_ps(dst));           \
-      c##r##1 = _mm256_add_ps(c##r##1, _mm256_loadu_ps(dst + 8));       \
-    }                                                                   \
-    _mm256_storeu_ps(dst, c##r##0);                                     \
-    _mm256_storeu_ps(dst + 8, c##r##1);                                 \
+#define LFS_STORE(r)                                              \
+  if constexpr (r < MR) {                                         \
+    float* dst = C + r * ldc;                                     \
+    if (kAccumulate) {                                            \
+      c##r##0 = _mm256_add_ps(c##r##0, _mm256_loadu_ps(dst));     \
+      c##r##1 = _mm256_add_ps(c##r##1, _mm256_loadu_ps(dst + 8)); \
+    }                                                             \
+    _mm256_storeu_ps(dst, c##r##0);                               \
+    _mm256_storeu_ps(dst + 8, c##r##1);                           \
   }
     LFS_ROWS(LFS_STORE)
 #undef LFS_STORE
@@ -137,12 +137,23 @@ void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_k
     const T* a = A + i * a_rs;
     T* c = C + i * ldc + j;
     switch (M - i) {  // row tail
-      case 5: MicroKernel<T, 5, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc); break;
-      case 4: MicroKernel<T, 4, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc); break;
-      case 3: MicroKernel<T, 3, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc); break;
-      case 2: MicroKernel<T, 2, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc); break;
-      case 1: MicroKernel<T, 1, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc); break;
-      default: break;
+      case 5:
+        MicroKernel<T, 5, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
+        break;
+      case 4:
+        MicroKernel<T, 4, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
+        break;
+      case 3:
+        MicroKernel<T, 3, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
+        break;
+      case 2:
+        MicroKernel<T, 2, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
+        break;
+      case 1:
+        MicroKernel<T, 1, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -253,8 +264,7 @@ Block block_at(const ItemView& iv, int64_t m0, bool causal) {
 
 // Rows of a residue class, copied into a zero-padded (rows x dp) buffer, times `mul`.
 template <typename T>
-void pack_rows(const ItemView& iv, Strided4<const T> src, int64_t m0, int64_t count, int64_t head_dim, T mul,
-               T* dst) {
+void pack_rows(const ItemView& iv, Strided4<const T> src, int64_t m0, int64_t count, int64_t head_dim, T mul, T* dst) {
   for (int64_t i = 0; i < count; ++i) {
     const T* s = src.row(iv.batch, iv.head, iv.t(m0 + i));
     T* o = dst + i * iv.dp;
@@ -391,13 +401,12 @@ void pack_item(const BandProblem& p, const ItemView& iv, Strided4<const T> k, St
 // Scores of one block: tile = (scale q) k^T over its keys, plus the position term when
 // `tab` is given (pqb then holds scale * position-query rows; band is scratch).
 template <typename T>
-void block_scores(const ItemView& iv, const Block& blk, int64_t rows_pad, bool causal, const T* qb,
-                  const Packed<T>& pk, const PackedTable<T>* tab, const T* pqb, std::vector<T>& band, T* tile) {
+void block_scores(const ItemView& iv, const Block& blk, int64_t rows_pad, bool causal, const T* qb, const Packed<T>& pk,
+                  const PackedTable<T>* tab, const T* pqb, std::vector<T>& band, T* tile) {
   gemm<T, false>(rows_pad, blk.span, iv.dp, qb, iv.dp, 1, pk.cols_k.data() + blk.lo, pk.ld, tile, blk.span);
   if (!tab) return;
   band.resize(rows_pad * blk.cols);
-  gemm<T, false>(rows_pad, blk.cols, iv.dp, pqb, iv.dp, 1, tab->cols.data() + blk.c0, tab->ld, band.data(),
-                 blk.cols);
+  gemm<T, false>(rows_pad, blk.cols, iv.dp, pqb, iv.dp, 1, tab->cols.data() + blk.c0, tab->ld, band.data(), blk.cols);
   add_band_to_tile(iv, blk, causal, band.data(), tile);
 }
 
@@ -486,8 +495,7 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
       // P from the saved lse; dP = dO V^T; dS = P * (dP - delta).
       block_scores(iv, blk, rows_pad, p.causal, qb.data(), pk, pos.enabled() ? &tab : nullptr, pqb.data(), band,
                    probs.data());
-      gemm<T, false>(rows_pad, span, iv.dp, dob.data(), iv.dp, 1, pk.cols_v.data() + lo, pk.ld,
-                     dscores.data(), span);
+      gemm<T, false>(rows_pad, span, iv.dp, dob.data(), iv.dp, 1, pk.cols_v.data() + lo, pk.ld, dscores.data(), span);
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t m = m0 + i;
         const KeyRange own = key_range(m, m + 1, iv.window, p.causal, iv.n);
@@ -503,21 +511,20 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
         std::fill_n(dscores.data() + i * span, span, T(0));
       }
       // dQ = scale * dS K; dK += dS^T (scale * Q); dV += P^T dO.
-      gemm<T, false>(rows_pad, iv.dp, span, dscores.data(), span, 1, pk.rows_k.data() + lo * iv.dp, iv.dp,
-                     dqb.data(), iv.dp);
+      gemm<T, false>(rows_pad, iv.dp, span, dscores.data(), span, 1, pk.rows_k.data() + lo * iv.dp, iv.dp, dqb.data(),
+                     iv.dp);
       for (int64_t i = 0; i < rows; ++i) {
         T* o = dq.row(iv.batch, iv.head, iv.t(m0 + i));
         for (int64_t c = 0; c < p.head_dim; ++c) o[c] = dqb[i * iv.dp + c] * scale;
       }
-      gemm<T, true>(span, iv.dp, rows_pad, dscores.data(), 1, span, qb.data(), iv.dp,
-                    dk_acc.data() + lo * iv.dp, iv.dp);
-      gemm<T, true>(span, iv.dp, rows_pad, probs.data(), 1, span, dob.data(), iv.dp,
-                    dv_acc.data() + lo * iv.dp, iv.dp);
+      gemm<T, true>(span, iv.dp, rows_pad, dscores.data(), 1, span, qb.data(), iv.dp, dk_acc.data() + lo * iv.dp,
+                    iv.dp);
+      gemm<T, true>(span, iv.dp, rows_pad, probs.data(), 1, span, dob.data(), iv.dp, dv_acc.data() + lo * iv.dp, iv.dp);
       if (pos.enabled()) {  // the same products against the table, with dS in band layout
         band.resize(rows_pad * blk.cols);
         tile_to_band(iv, blk, p.causal, dscores.data(), rows_pad, band.data());
-        gemm<T, false>(rows_pad, iv.dp, blk.cols, band.data(), blk.cols, 1, tab.rows.data() + blk.c0 * iv.dp,
-                       iv.dp, dqb.data(), iv.dp);
+        gemm<T, false>(rows_pad, iv.dp, blk.cols, band.data(), blk.cols, 1, tab.rows.data() + blk.c0 * iv.dp, iv.dp,
+                       dqb.data(), iv.dp);
         for (int64_t i = 0; i < rows; ++i) {
           T* o = dpos.dquery.row(iv.batch, iv.head, iv.t(m0 + i));
           for (int64_t c = 0; c < p.head_dim; ++c) o[c] = dqb[i * iv.dp + c] * scale;
@@ -540,13 +547,12 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
   }
 }
 
-#define LFS_INSTANTIATE(T)                                                                                      \
-  template void band_forward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>, Strided4<const T>, \
-                                    PositionTerm<T>, Strided4<T>, Strided3<T>, int64_t, int64_t);               \
-  template void band_backward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>,                  \
-                                     Strided4<const T>, PositionTerm<T>, Strided4<const T>, Strided3<const T>,   \
-                                     Strided3<const T>, Strided4<T>, Strided4<T>, Strided4<T>, PositionGrads<T>, \
-                                     int64_t, int64_t);
+#define LFS_INSTANTIATE(T)                                                                                        \
+  template void band_forward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>, Strided4<const T>,  \
+                                    PositionTerm<T>, Strided4<T>, Strided3<T>, int64_t, int64_t);                 \
+  template void band_backward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>, Strided4<const T>, \
+                                     PositionTerm<T>, Strided4<const T>, Strided3<const T>, Strided3<const T>,    \
+                                     Strided4<T>, Strided4<T>, Strided4<T>, PositionGrads<T>, int64_t, int64_t);
 LFS_INSTANTIATE(float)
 LFS_INSTANTIATE(double)
 #undef LFS_INSTANTIATE

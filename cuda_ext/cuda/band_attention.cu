@@ -19,19 +19,34 @@
 namespace lfs {
 namespace {
 
-constexpr int kTile = 32;          // queries (or keys) per block
-constexpr int kLanes = 4;          // threads per row
+constexpr int kTile = 32;  // queries (or keys) per block
+constexpr int kLanes = 4;  // threads per row
 constexpr int kThreads = kTile * kLanes;
 constexpr int kMaxHeadDim = 128;
 constexpr int kPerLane = kMaxHeadDim / kLanes;
 constexpr int kMaxHeads = 64;
 
-template <typename T> __device__ __forceinline__ float to_float(T x) { return static_cast<float>(x); }
-template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  return static_cast<float>(x);
+}
+template <>
+__device__ __forceinline__ float to_float<__half>(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
-template <typename In, typename Acc> __device__ __forceinline__ Acc load_acc(const In* p) { return Acc(to_float(*p)); }
-template <> __device__ __forceinline__ double load_acc<double, double>(const double* p) { return *p; }
+template <typename In, typename Acc>
+__device__ __forceinline__ Acc load_acc(const In* p) {
+  return Acc(to_float(*p));
+}
+template <>
+__device__ __forceinline__ double load_acc<double, double>(const double* p) {
+  return *p;
+}
 
 struct Geometry {  // passed by value: the per-head tables live in the kernel parameters
   int64_t batch, heads, seq_len, head_dim, window;
@@ -93,15 +108,15 @@ __device__ __forceinline__ Acc row_max(Acc x) {
 // ---------------------------------------------------------------------------- forward
 
 template <typename In, typename Acc>
-__global__ void __launch_bounds__(kThreads) forward_kernel(Geometry g, const In* q, const In* k, const In* v, Strides in,
-                                                           Acc* out, Strides os, Acc* lse, Strides ls) {
+__global__ void __launch_bounds__(kThreads) forward_kernel(Geometry g, const In* q, const In* k, const In* v,
+                                                           Strides in, Acc* out, Strides os, Acc* lse, Strides ls) {
   extern __shared__ unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int dim = static_cast<int>(g.head_dim), ld = dim + 1;
-  Acc* sq = smem;                 // kTile x ld, pre-scaled
-  Acc* sk = sq + kTile * ld;      // kTile x ld
-  Acc* sv = sk + kTile * ld;      // kTile x ld
-  Acc* sp = sv + kTile * ld;      // kTile x (kTile + 1) probabilities
+  Acc* sq = smem;             // kTile x ld, pre-scaled
+  Acc* sk = sq + kTile * ld;  // kTile x ld
+  Acc* sv = sk + kTile * ld;  // kTile x ld
+  Acc* sp = sv + kTile * ld;  // kTile x (kTile + 1) probabilities
 
   ItemPos p;
   int64_t m0;
@@ -184,9 +199,9 @@ __device__ __forceinline__ void pair_backward(const Acc* q, const Acc* dout, con
 
 // dQ for a tile of queries: dQ_i = scale * sum_j P_ij (dP_ij - delta_i) K_j.
 template <typename In, typename Acc>
-__global__ void __launch_bounds__(kThreads) dq_kernel(Geometry g, const In* q, const In* k, const In* v, Strides in,
-                                                      const In* dout, Strides ds, const Acc* lse, const Acc* delta,
-                                                      Strides ss, Acc* dq, Strides gs) {
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(Geometry g, const In* q, const In* k, const In* v, Strides in, const In* dout, Strides ds, const Acc* lse,
+              const Acc* delta, Strides ss, Acc* dq, Strides gs) {
   extern __shared__ unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int dim = static_cast<int>(g.head_dim), ld = dim + 1;
@@ -222,8 +237,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Geometry g, const In* q, c
       const int col = lane + c * kLanes;
       Acc prob = Acc(0), grad = Acc(0);
       if (live && !isinf(row_lse) && key_allowed(g, p, m, j0 + col))
-        pair_backward(sq + row * ld, sdo + row * ld, sk + col * ld, sv + col * ld, dim, row_lse, row_delta, prob,
-                      grad);
+        pair_backward(sq + row * ld, sdo + row * ld, sk + col * ld, sv + col * ld, dim, row_lse, row_delta, prob, grad);
       sds[row * (kTile + 1) + col] = grad;
     }
     __syncwarp();
@@ -248,9 +262,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Geometry g, const In* q, c
 
 // dK and dV for a tile of keys, over every query whose band holds them.
 template <typename In, typename Acc>
-__global__ void __launch_bounds__(kThreads) dkdv_kernel(Geometry g, const In* q, const In* k, const In* v, Strides in,
-                                                        const In* dout, Strides ds, const Acc* lse, const Acc* delta,
-                                                        Strides ss, Acc* dk, Acc* dv, Strides gs) {
+__global__ void __launch_bounds__(kThreads)
+    dkdv_kernel(Geometry g, const In* q, const In* k, const In* v, Strides in, const In* dout, Strides ds,
+                const Acc* lse, const Acc* delta, Strides ss, Acc* dk, Acc* dv, Strides gs) {
   extern __shared__ unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int dim = static_cast<int>(g.head_dim), ld = dim + 1;
@@ -258,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Geometry g, const In* q,
   Acc* sv = sk + kTile * ld;
   Acc* sq = sv + kTile * ld;
   Acc* sdo = sq + kTile * ld;
-  Acc* sp = sdo + kTile * ld;      // [query][key] probabilities
+  Acc* sp = sdo + kTile * ld;           // [query][key] probabilities
   Acc* sds = sp + kTile * (kTile + 1);  // [query][key] score gradients
   __shared__ Acc s_lse[kTile], s_delta[kTile];
 
@@ -384,12 +398,12 @@ int backward_typed(const BandProblem& p, const void* q, const void* k, const voi
   const Acc* l = static_cast<const Acc*>(lse);
   const Acc* dl = static_cast<const Acc*>(delta);
   qk<<<static_cast<unsigned>(blocks), kThreads, smem_q, stream>>>(g, qi, ki, vi, strides(in_s), di, strides(dout_s), l,
-                                                                   dl, strides(stat_s), static_cast<Acc*>(dq),
-                                                                   strides(grad_s));
+                                                                  dl, strides(stat_s), static_cast<Acc*>(dq),
+                                                                  strides(grad_s));
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
   kk<<<static_cast<unsigned>(blocks), kThreads, smem_k, stream>>>(g, qi, ki, vi, strides(in_s), di, strides(dout_s), l,
-                                                                   dl, strides(stat_s), static_cast<Acc*>(dk),
-                                                                   static_cast<Acc*>(dv), strides(grad_s));
+                                                                  dl, strides(stat_s), static_cast<Acc*>(dk),
+                                                                  static_cast<Acc*>(dv), strides(grad_s));
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -400,9 +414,12 @@ int band_forward_cuda(const BandProblem& p, DType in, const void* q, const void*
                       const int64_t* lse_strides, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   switch (in) {
-    case DType::f32: return forward_typed<float, float>(p, q, k, v, in_strides, out, out_strides, lse, lse_strides, s);
-    case DType::f64: return forward_typed<double, double>(p, q, k, v, in_strides, out, out_strides, lse, lse_strides, s);
-    case DType::f16: return forward_typed<__half, float>(p, q, k, v, in_strides, out, out_strides, lse, lse_strides, s);
+    case DType::f32:
+      return forward_typed<float, float>(p, q, k, v, in_strides, out, out_strides, lse, lse_strides, s);
+    case DType::f64:
+      return forward_typed<double, double>(p, q, k, v, in_strides, out, out_strides, lse, lse_strides, s);
+    case DType::f16:
+      return forward_typed<__half, float>(p, q, k, v, in_strides, out, out_strides, lse, lse_strides, s);
     case DType::bf16:
       return forward_typed<__nv_bfloat16, float>(p, q, k, v, in_strides, out, out_strides, lse, lse_strides, s);
   }
@@ -414,13 +431,18 @@ int band_backward_cuda(const BandProblem& p, DType in, const void* q, const void
                        const void* delta, const int64_t* stat_strides, void* dq, void* dk, void* dv,
                        const int64_t* grad_strides, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-#define LFS_BWD(In, Acc) \
-  backward_typed<In, Acc>(p, q, k, v, in_strides, dout, dout_strides, lse, delta, stat_strides, dq, dk, dv, grad_strides, s)
+#define LFS_BWD(In, Acc)                                                                                    \
+  backward_typed<In, Acc>(p, q, k, v, in_strides, dout, dout_strides, lse, delta, stat_strides, dq, dk, dv, \
+                          grad_strides, s)
   switch (in) {
-    case DType::f32: return LFS_BWD(float, float);
-    case DType::f64: return LFS_BWD(double, double);
-    case DType::f16: return LFS_BWD(__half, float);
-    case DType::bf16: return LFS_BWD(__nv_bfloat16, float);
+    case DType::f32:
+      return LFS_BWD(float, float);
+    case DType::f64:
+      return LFS_BWD(double, double);
+    case DType::f16:
+      return LFS_BWD(__half, float);
+    case DType::bf16:
+      return LFS_BWD(__nv_bfloat16, float);
   }
 #undef LFS_BWD
   return static_cast<int>(cudaErrorInvalidValue);

@@ -71,12 +71,12 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
 // cudaError_t as int (0 = success).
 enum class DType { f32, f64, f16, bf16 };
 int band_forward_cuda(const BandProblem& p, DType in, const void* q, const void* k, const void* v,
-                      const int64_t* in_strides /* sb, sh, st */, void* out, const int64_t* out_strides,
-                      void* lse, const int64_t* lse_strides, void* stream);
+                      const int64_t* in_strides /* sb, sh, st */, void* out, const int64_t* out_strides, void* lse,
+                      const int64_t* lse_strides, void* stream);
 int band_backward_cuda(const BandProblem& p, DType in, const void* q, const void* k, const void* v,
-                       const int64_t* in_strides, const void* dout, const int64_t* dout_strides,
-                       const void* lse, const void* delta, const int64_t* stat_strides,
-                       void* dq, void* dk, void* dv, const int64_t* grad_strides, void* stream);
+                       const int64_t* in_strides, const void* dout, const int64_t* dout_strides, const void* lse,
+                       const void* delta, const int64_t* stat_strides, void* dq, void* dk, void* dv,
+                       const int64_t* grad_strides, void* stream);
 #endif
 
 }  // namespace lfs

@@ -35,8 +35,16 @@ class RelativeBandSelfAttention(nn.Module):
         backend: band backend (``"auto"`` takes the fastest that has the position term).
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, window: int, dilation: int | Sequence[int] = 1,
-                 causal: bool = True, dropout: float = 0.0, backend: str = "auto"):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        window: int,
+        dilation: int | Sequence[int] = 1,
+        causal: bool = True,
+        dropout: float = 0.0,
+        backend: str = "auto",
+    ):
         super().__init__()
         self.head_dim = check_heads(embed_dim, num_heads)
         self.embed_dim, self.num_heads = embed_dim, num_heads
@@ -50,8 +58,10 @@ class RelativeBandSelfAttention(nn.Module):
         self.position_bias = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # v
 
     def extra_repr(self) -> str:
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, window={self.window}, "
-                f"dilation={list(self.dilations)}, causal={self.causal}")
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, window={self.window}, "
+            f"dilation={list(self.dilations)}, causal={self.causal}"
+        )
 
     def position_table(self, window: int | None = None) -> torch.Tensor:
         """``(H, W, D)`` for a call with one-sided ``window`` (default: the layer's).
@@ -70,13 +80,21 @@ class RelativeBandSelfAttention(nn.Module):
         if channels != self.embed_dim:
             raise ValueError(f"x: expected shape (T, B, {self.embed_dim}), got {tuple(x.shape)}")
         pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device, "padding")
-        q, k, v = (t.view(seq_len, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-                   for t in self.qkv_proj(x).chunk(3, dim=-1))
+        q, k, v = (
+            t.view(seq_len, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+            for t in self.qkv_proj(x).chunk(3, dim=-1)
+        )
         # Columns past T - 1 only reach outside the sequence for every head: leave them out,
         # or a long window (8192 in phase 1's top layer) would cost 8193 columns at any length.
         window = min(self.window, max(seq_len - 1, 0))
-        spec = BandSpec(window, self.dilations, self.causal, self.head_dim**-0.5,
-                        self.dropout if self.training else 0.0, relative=True)
+        spec = BandSpec(
+            window,
+            self.dilations,
+            self.causal,
+            self.head_dim**-0.5,
+            self.dropout if self.training else 0.0,
+            relative=True,
+        )
         position = PositionTerm(q + self.position_bias[:, None], self.position_table(window))
         out, _ = band_attention_with_lse(q + self.content_bias[:, None], k, v, pad, spec, self.backend, position)
         if pad is not None:

@@ -43,9 +43,7 @@ class _MaskedSoftmax(torch.autograd.Function):
         return (grad + shift) * probs, None
 
 
-def masked_softmax_with_lse(
-    scores: torch.Tensor, allowed: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_softmax_with_lse(scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over the last dimension restricted to ``allowed`` keys.
 
     Args:

@@ -59,4 +59,4 @@ class PositionTerm:
     def columns(self, window: int, effective: int, causal: bool) -> torch.Tensor:
         """The table for an effective (clamped) window: its columns are the middle ones."""
         start = window - effective
-        return self.table[:, start:start + band_width(effective, causal)]
+        return self.table[:, start : start + band_width(effective, causal)]

@@ -30,8 +30,7 @@ def check_dilation(dilation, num_heads: int) -> tuple[int, ...]:
         values = list(dilation)
         if len(values) != num_heads:
             raise ValueError(
-                f"dilation: got {len(values)} values for {num_heads} heads; give one int or "
-                f"exactly one per head"
+                f"dilation: got {len(values)} values for {num_heads} heads; give one int or exactly one per head"
             )
     else:
         values = [dilation] * num_heads

@@ -80,12 +80,19 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     impls = available_backends() + list(PEERS)
-    parser.add_argument("--impls", default=",".join(impls),
-                        help=f"comma-separated implementations: attention backends "
-                             f"({', '.join(available_backends())}) and peers ({', '.join(PEERS)})")
+    parser.add_argument(
+        "--impls",
+        default=",".join(impls),
+        help=f"comma-separated implementations: attention backends "
+        f"({', '.join(available_backends())}) and peers ({', '.join(PEERS)})",
+    )
     parser.add_argument("--parts", default="scaling,variants", help="which parts to run: scaling, variants")
-    parser.add_argument("--seq-lens", type=_int_list, default=[1024, 2048, 4096, 8192, 16384, 32768, 65536],
-                        help="sequence lengths of the scaling part")
+    parser.add_argument(
+        "--seq-lens",
+        type=_int_list,
+        default=[1024, 2048, 4096, 8192, 16384, 32768, 65536],
+        help="sequence lengths of the scaling part",
+    )
     parser.add_argument("--target-len", type=int, default=4096, help="sequence length of the variants part")
     parser.add_argument("--window", type=int, default=256, help="one-sided window w")
     parser.add_argument("--dilation", type=int, default=1, help="dilation of the scaling part")
@@ -96,13 +103,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1, help="batch size B")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=_int_list, default=sorted({1, torch.get_num_threads()}),
-                        help="CPU thread counts of the variants part; the scaling part uses the largest")
-    parser.add_argument("--dense-max-len", type=int, default=16384,
-                        help="skip dense implementations (O(T^2) time) beyond this length")
+    parser.add_argument(
+        "--threads",
+        type=_int_list,
+        default=sorted({1, torch.get_num_threads()}),
+        help="CPU thread counts of the variants part; the scaling part uses the largest",
+    )
+    parser.add_argument(
+        "--dense-max-len", type=int, default=16384, help="skip dense implementations (O(T^2) time) beyond this length"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="timed repetitions (median reported)")
-    parser.add_argument("--out", type=Path, default=Path("bench_out/attention"),
-                        help="directory for results.json and plot.png")
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench_out/attention"), help="directory for results.json and plot.png"
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
 
 
@@ -190,14 +203,14 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
     shape = (args.batch, case.seq_len, args.heads, args.head_dim)
     gen = torch.Generator(device="cpu").manual_seed(0)
     forward_only = impl == "flex" and device.type == "cpu"  # CPU flex rejects inputs needing grad
-    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only)
-               for _ in range(3))
+    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
     call = make_call(impl, case, q, k, v)
     budget = 30.0  # seconds per timing: slow configurations get fewer repeats
     with torch.no_grad():
         result.fwd_ms = 1e3 * median_time(call, device, args.repeat, budget_s=budget)
-    flops = 4 * args.batch * args.heads * args.head_dim * band_pairs(case.seq_len, case.window, case.dilation,
-                                                                      case.causal)
+    flops = (
+        4 * args.batch * args.heads * args.head_dim * band_pairs(case.seq_len, case.window, case.dilation, case.causal)
+    )
     result.fwd_gflops = flops / (result.fwd_ms * 1e-3) / 1e9
     if forward_only:
         result.notes.append("forward only: CPU flex has no backward")
@@ -229,18 +242,32 @@ def print_results(results: list[Result], part: str) -> None:
     if not rows:
         return
     print(f"\n[{part}]")
-    print(f"{'impl':<10} {'variant':<11} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
-          f" {'fwd GF/s':>9} {'f+b x kernel':>12}")
+    print(
+        f"{'impl':<10} {'variant':<11} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
+        f" {'fwd GF/s':>9} {'f+b x kernel':>12}"
+    )
     for r in rows:
         if r.skipped:
             print(f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3}  skipped: {r.skipped}")
             continue
-        ref = next((x for x in rows if x.impl == "kernel" and x.seq_len == r.seq_len and x.variant == r.variant
-                    and x.threads == r.threads and not x.skipped), None)
+        ref = next(
+            (
+                x
+                for x in rows
+                if x.impl == "kernel"
+                and x.seq_len == r.seq_len
+                and x.variant == r.variant
+                and x.threads == r.threads
+                and not x.skipped
+            ),
+            None,
+        )
         ratio = f"{r.fwd_bwd_ms / ref.fwd_bwd_ms:.2f}" if ref and r.fwd_bwd_ms else "-"
         fb = f"{r.fwd_bwd_ms:.1f}" if r.fwd_bwd_ms is not None else "fwd only"
-        print(f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {fb:>11}"
-              f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {ratio:>12}")
+        print(
+            f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {fb:>11}"
+            f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {ratio:>12}"
+        )
 
 
 def plot(results: list[Result], path: Path, title: str) -> None:
@@ -248,8 +275,11 @@ def plot(results: list[Result], path: Path, title: str) -> None:
     rows = [r for r in results if r.part == "scaling" and not r.skipped]
     fig = Figure(figsize=(16, 4.5))
     axes = fig.subplots(1, 3)
-    panels = (("fwd_ms", "forward time (ms)"), ("fwd_bwd_ms", "forward+backward time (ms)"),
-              ("peak_mib", "peak memory (MiB)"))
+    panels = (
+        ("fwd_ms", "forward time (ms)"),
+        ("fwd_bwd_ms", "forward+backward time (ms)"),
+        ("peak_mib", "peak memory (MiB)"),
+    )
     colors = {}
     for ax, (key, ylabel) in zip(axes, panels, strict=True):
         for impl in dict.fromkeys(r.impl for r in rows):
@@ -257,9 +287,14 @@ def plot(results: list[Result], path: Path, title: str) -> None:
             if not mine:
                 continue
             fwd_only = key == "peak_mib" and any(r.fwd_bwd_ms is None for r in mine)
-            line, = ax.plot([r.seq_len for r in mine], [getattr(r, key) for r in mine], marker="o",
-                            label=f"{impl} (forward only)" if fwd_only else impl, color=colors.get(impl),
-                            linestyle="--" if fwd_only else "-")
+            (line,) = ax.plot(
+                [r.seq_len for r in mine],
+                [getattr(r, key) for r in mine],
+                marker="o",
+                label=f"{impl} (forward only)" if fwd_only else impl,
+                color=colors.get(impl),
+                linestyle="--" if fwd_only else "-",
+            )
             colors[impl] = line.get_color()
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -297,13 +332,16 @@ def main(args: argparse.Namespace) -> int:
             for d, causal in variants:
                 case = Case(args.target_len, args.window, d, causal, threads)
                 # Dense peers ignore the band: only the undilated bidirectional case says something.
-                jobs += [(impl, "variants", case) for impl in impls
-                         if impl not in DENSE or (d == 1 and not causal and impl == "sdpa")]
+                jobs += [
+                    (impl, "variants", case)
+                    for impl in impls
+                    if impl not in DENSE or (d == 1 and not causal and impl == "sdpa")
+                ]
     results = []
     for impl, part, case in tqdm(jobs, desc="bench attention", unit="run"):
         results.append(measure(impl, part, case, args))
 
-    title = (f"B={args.batch} H={args.heads} D={args.head_dim} w={args.window} {args.dtype} on {args.device}")
+    title = f"B={args.batch} H={args.heads} D={args.head_dim} w={args.window} {args.dtype} on {args.device}"
     print(title)
     peak = matmul_gflops(args.device, getattr(torch, args.dtype), top)
     print(f"dense matmul reference: {peak:.0f} GFLOP/s with {top} thread(s)")

@@ -37,8 +37,13 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-lens", type=_int_list, default=[2048, 4096, 8192], help="characters per sequence")
-    parser.add_argument("--phase", type=int, default=1, choices=range(1, 6),
-                        help="take windows and dilations from this phase of recipes/char_lm/small_phaseN")
+    parser.add_argument(
+        "--phase",
+        type=int,
+        default=1,
+        choices=range(1, 6),
+        help="take windows and dilations from this phase of recipes/char_lm/small_phaseN",
+    )
     parser.add_argument("--repeat", type=int, default=2, help="timed steps per measurement (median)")
     parser.add_argument("--phase5-len", type=int, default=23040, help="length of the checkpointed step (0: skip)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -50,9 +55,15 @@ def longformer_small(phase: int, checkpoint: bool) -> tuple[LongformerDecoder, s
     recipe = phase_settings("small", phase)
     m = recipe.model
     layers, heads = m["decoder_layers"], m["decoder_attention_heads"]
-    shape = DecoderShape(VOCAB, PAD, m["decoder_embed_dim"], m["decoder_ffn_embed_dim"], heads,
-                         layer_values(recipe.attention_windows, layers),
-                         dilation_pattern(m["attention_dilations"], layers, heads, m["dilated_heads"]))
+    shape = DecoderShape(
+        VOCAB,
+        PAD,
+        m["decoder_embed_dim"],
+        m["decoder_ffn_embed_dim"],
+        heads,
+        layer_values(recipe.attention_windows, layers),
+        dilation_pattern(m["attention_dilations"], layers, heads, m["dilated_heads"]),
+    )
     model = LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).train()
     return model, recipe.attention_windows
 
@@ -62,11 +73,20 @@ def transformer_lm(seq_len: int, model: dict):
     dictionary = Dictionary()
     for i in range(VOCAB - len(dictionary)):
         dictionary.add_symbol(f"0x{i:02x}")
-    sizes = {key: model[key] for key in ("decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim",
-                                         "decoder_attention_heads")}
-    args = argparse.Namespace(**sizes, dropout=0.0, attention_dropout=0.0, activation_fn="gelu",
-                              decoder_normalize_before=True, tokens_per_sample=seq_len,
-                              max_target_positions=seq_len, share_decoder_input_output_embed=True)
+    sizes = {
+        key: model[key]
+        for key in ("decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads")
+    }
+    args = argparse.Namespace(
+        **sizes,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_fn="gelu",
+        decoder_normalize_before=True,
+        tokens_per_sample=seq_len,
+        max_target_positions=seq_len,
+        share_decoder_input_output_embed=True,
+    )
     base_lm_architecture(args)
     task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     return TransformerLanguageModel.build_model(args, task).train()
@@ -94,10 +114,12 @@ def phase5_step(seq_len: int, threads: int) -> dict:
     The kernel's OOM killer ends a process that outgrows RAM without an exception, so
     the step runs apart and a kill is reported as a result.
     """
-    code = (f"import json, torch; torch.set_num_threads({threads}); "
-            f"from longformer_fs.benchmarks.lm import longformer_small, measure; "
-            f"m, w = longformer_small(5, checkpoint=True); "
-            f"print('RESULT', json.dumps(dict(windows=w, **measure(m, {seq_len}, repeat=1))))")
+    code = (
+        f"import json, torch; torch.set_num_threads({threads}); "
+        f"from longformer_fs.benchmarks.lm import longformer_small, measure; "
+        f"m, w = longformer_small(5, checkpoint=True); "
+        f"print('RESULT', json.dumps(dict(windows=w, **measure(m, {seq_len}, repeat=1))))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -127,10 +149,14 @@ def main(args: argparse.Namespace) -> int:
         rows.append(row)
         # Written as it goes: a long run that is stopped keeps what it measured.
         (args.out / "partial.json").write_text(json.dumps(rows, indent=2))
-    print(f"training step, batch 1, {args.threads} thread(s); longformer_lm_small windows {windows} "
-          f"(phase {args.phase}), dilation on 2 heads")
-    print(f"{'T':>6} {'longformer chars/s':>18} {'peak GiB':>8} {'transformer chars/s':>19} {'peak GiB':>8} "
-          f"{'speedup':>7}")
+    print(
+        f"training step, batch 1, {args.threads} thread(s); longformer_lm_small windows {windows} "
+        f"(phase {args.phase}), dilation on 2 heads"
+    )
+    print(
+        f"{'T':>6} {'longformer chars/s':>18} {'peak GiB':>8} {'transformer chars/s':>19} {'peak GiB':>8} "
+        f"{'speedup':>7}"
+    )
     for row in rows:
         a, b = row["longformer_lm_small"], row["transformer_lm"]
         speed = f"{a['chars_per_s'] / b['chars_per_s']:.2f}" if "error" not in a and "error" not in b else "-"
@@ -140,10 +166,15 @@ def main(args: argparse.Namespace) -> int:
     if args.phase5_len:
         result["phase5"] = phase5_step(args.phase5_len, args.threads)
         p5 = result["phase5"]
-        state = (f"{p5['step_s']:.1f} s, peak {p5['peak_gib']:.2f} GiB of tensors" if "error" not in p5
-                 else f"failed: {p5['error']}")
-        print(f"phase-5 shape ({args.phase5_len} characters, windows {p5.get('windows', '512:131072')}, "
-              f"activation checkpointing): one training step {state}")
+        state = (
+            f"{p5['step_s']:.1f} s, peak {p5['peak_gib']:.2f} GiB of tensors"
+            if "error" not in p5
+            else f"failed: {p5['error']}"
+        )
+        print(
+            f"phase-5 shape ({args.phase5_len} characters, windows {p5.get('windows', '512:131072')}, "
+            f"activation checkpointing): one training step {state}"
+        )
     (args.out / "results.json").write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out / 'results.json'}")
     return 0

@@ -61,8 +61,13 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str = "cp
     return peak
 
 
-def median_time(fn: Callable[[], object], device: torch.device | str = "cpu",
-                repeat: int = 5, warmup: int = 1, budget_s: float | None = None) -> float:
+def median_time(
+    fn: Callable[[], object],
+    device: torch.device | str = "cpu",
+    repeat: int = 5,
+    warmup: int = 1,
+    budget_s: float | None = None,
+) -> float:
     """Median wall time of ``fn()`` in seconds, synchronising CUDA around each call.
 
     ``budget_s`` caps the total time spent: slow configurations get fewer repeats.

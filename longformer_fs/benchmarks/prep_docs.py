@@ -73,19 +73,33 @@ def main(args: argparse.Namespace) -> int:
     for workers in args.workers:
         out = args.out / f"bin-w{workers}"
         shutil.rmtree(out, ignore_errors=True)
-        cfg = DocPrepConfig((SourceSpec("bench", "jsonl", corpus),), args.out / "encoder.json",
-                            args.out / "vocab.bpe", args.out / "dict.txt", workers=workers)
+        cfg = DocPrepConfig(
+            (SourceSpec("bench", "jsonl", corpus),),
+            args.out / "encoder.json",
+            args.out / "vocab.bpe",
+            args.out / "dict.txt",
+            workers=workers,
+        )
         start = time.perf_counter()
         stats = prepare_docs(cfg, out, log=lambda *_: None)
         seconds = time.perf_counter() - start
         tokens = sum(s["tokens"] for s in stats["splits"].values())
-        rows.append({"workers": workers, "seconds": seconds, "mb_per_s": text_bytes / 1e6 / seconds,
-                     "mb_per_s_per_worker": text_bytes / 1e6 / seconds / workers, "tokens": tokens})
+        rows.append(
+            {
+                "workers": workers,
+                "seconds": seconds,
+                "mb_per_s": text_bytes / 1e6 / seconds,
+                "mb_per_s_per_worker": text_bytes / 1e6 / seconds / workers,
+                "tokens": tokens,
+            }
+        )
     base = rows[0]["seconds"]
     print(f"prep docs end to end on {text_bytes / 1e6:.0f} MB ({rows[0]['tokens']:,} tokens)")
     print(f"{'workers':>8} {'seconds':>8} {'MB/s':>7} {'MB/s/worker':>12} {'speedup':>8}")
     for r in rows:
-        print(f"{r['workers']:>8} {r['seconds']:>8.1f} {r['mb_per_s']:>7.2f} {r['mb_per_s_per_worker']:>12.2f} "
-              f"{base / r['seconds']:>8.2f}")
+        print(
+            f"{r['workers']:>8} {r['seconds']:>8.1f} {r['mb_per_s']:>7.2f} {r['mb_per_s_per_worker']:>12.2f} "
+            f"{base / r['seconds']:>8.2f}"
+        )
     (args.out / "results.json").write_text(json.dumps({"text_bytes": text_bytes, "runs": rows}, indent=2))
     return 0

@@ -15,32 +15,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "checkpoint that fairseq-train can start from (checkpoint.finetune_from_model=OUT/model.pt): the "
         "learned position table is tiled out to --max-positions keeping fairseq's reserved rows, each "
         "layer's q/k/v are copied into the global projections, and the model config gets --window. "
-        "Nothing else changes, so with a window as wide as the input the result equals RoBERTa.")
+        "Nothing else changes, so with a window as wide as the input the result equals RoBERTa."
+    )
     parser.add_argument("roberta", type=Path, help="RoBERTa model.pt, or the directory holding model.pt and dict.txt")
     parser.add_argument("--out", type=Path, required=True, help="output directory (model.pt and dict.txt)")
-    parser.add_argument("--max-positions", type=int, default=4096,
-                        help="positions of the converted model (paper: 4096); at least the source's")
-    parser.add_argument("--window", default="256",
-                        help="one-sided attention window: 'w' for every layer or 'w0,w1,...' "
-                             "(paper: 256, i.e. a 512-token window)")
-    parser.add_argument("--position-init", choices=("copy", "random"), default="copy",
-                        help="new position rows: copies of RoBERTa's (paper) or random (the paper's ablation)")
+    parser.add_argument(
+        "--max-positions",
+        type=int,
+        default=4096,
+        help="positions of the converted model (paper: 4096); at least the source's",
+    )
+    parser.add_argument(
+        "--window",
+        default="256",
+        help="one-sided attention window: 'w' for every layer or 'w0,w1,...' (paper: 256, i.e. a 512-token window)",
+    )
+    parser.add_argument(
+        "--position-init",
+        choices=("copy", "random"),
+        default="copy",
+        help="new position rows: copies of RoBERTa's (paper) or random (the paper's ablation)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of --position-init random")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
-    report = convert_roberta(args.roberta, args.out, args.max_positions, args.window, args.position_init,
-                             args.seed)
+    report = convert_roberta(args.roberta, args.out, args.max_positions, args.window, args.position_init, args.seed)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     old, new = report["positions"]
-    print(f"converted {report['source']} ({report['source_model']}, {report['layers']} layers) "
-          f"-> {report['output']} as {report['arch']}")
+    print(
+        f"converted {report['source']} ({report['source_model']}, {report['layers']} layers) "
+        f"-> {report['output']} as {report['arch']}"
+    )
     print(f"  positions: {old} -> {new} ({report['position_init']}; fairseq's 2 reserved rows kept)")
     print(f"  global projections: {report['global_projection_tensors']} tensors copied from q/k/v")
     print(f"  window: {report['window']} per side")
-    print(f"  next: fairseq-hydra-train --config-dir recipes/mlm --config-name longformer_base_4096 "
-          f"task.data=DATA checkpoint.finetune_from_model={report['output']}")
+    print(
+        f"  next: fairseq-hydra-train --config-dir recipes/mlm --config-name longformer_base_4096 "
+        f"task.data=DATA checkpoint.finetune_from_model={report['output']}"
+    )
     return 0

@@ -30,8 +30,14 @@ from data_prep.demo_corpus import prepare_demo
 from longformer_fs.evaluation.char_lm import score_checkpoint
 from longformer_fs.recipes import RECIPES, char_lm_dir, phase_settings
 
-TOY_MODEL = ["model.decoder_layers=2", "model.decoder_embed_dim=64", "model.decoder_ffn_embed_dim=128",
-             "model.decoder_attention_heads=4", "model.attention_dilations='1,2'", "model.dropout=0.0"]
+TOY_MODEL = [
+    "model.decoder_layers=2",
+    "model.decoder_embed_dim=64",
+    "model.decoder_ffn_embed_dim=128",
+    "model.decoder_attention_heads=4",
+    "model.attention_dilations='1,2'",
+    "model.dropout=0.0",
+]
 # Phase 1 at toy scale; later phases follow the recipes' ratios from here.
 TOY_SEQ, TOY_WINDOWS, TOY_LR, TOY_BATCH_DIVISOR = 32, (4, 64), 3e-3, 2
 
@@ -51,8 +57,13 @@ class ToyPhase:
     def of(cls, phase: int) -> "ToyPhase":
         first, recipe = phase_settings("small", 1), phase_settings("small", phase)
         growth = recipe.windows[0] // first.windows[0]
-        return cls(phase, TOY_SEQ * growth, (TOY_WINDOWS[0] * growth, TOY_WINDOWS[1] * growth),
-                   TOY_LR * recipe.lr / first.lr, recipe.batch_size // TOY_BATCH_DIVISOR)
+        return cls(
+            phase,
+            TOY_SEQ * growth,
+            (TOY_WINDOWS[0] * growth, TOY_WINDOWS[1] * growth),
+            TOY_LR * recipe.lr / first.lr,
+            recipe.batch_size // TOY_BATCH_DIVISOR,
+        )
 
     def overrides(self, updates: int) -> list[str]:
         return TOY_MODEL + [
@@ -80,9 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_phase(toy: ToyPhase, updates: int, data: Path, ckpt: Path, log: Path) -> list[dict]:
     """One recipe phase as its own fairseq-hydra-train process; returns its validation logs."""
     phase = toy.phase
-    cmd = [str(Path(sys.executable).parent / "fairseq-hydra-train"), "--config-dir", str(char_lm_dir()),
-           "--config-name", f"small_phase{phase}", f"task.data={data}",
-           f"checkpoint.save_dir={ckpt / f'phase{phase}'}"]
+    cmd = [
+        str(Path(sys.executable).parent / "fairseq-hydra-train"),
+        "--config-dir",
+        str(char_lm_dir()),
+        "--config-name",
+        f"small_phase{phase}",
+        f"task.data={data}",
+        f"checkpoint.save_dir={ckpt / f'phase{phase}'}",
+    ]
     if phase > 1:
         cmd.append(f"checkpoint.finetune_from_model={ckpt / f'phase{phase - 1}' / 'checkpoint_last.pt'}")
     if not torch.cuda.is_available():
@@ -112,8 +129,13 @@ def plot(history: list[dict], path: Path) -> None:
     offset = 0
     for entry in history:
         xs = [offset + int(v["valid_num_updates"]) for v in entry["valid"]]
-        ax.plot(xs, [float(v["valid_bpc"]) for v in entry["valid"]], marker="o", markersize=3,
-                label=f"phase {entry['phase']} (seq {entry['seq']})")
+        ax.plot(
+            xs,
+            [float(v["valid_bpc"]) for v in entry["valid"]],
+            marker="o",
+            markersize=3,
+            label=f"phase {entry['phase']} (seq {entry['seq']})",
+        )
         offset += entry["updates"]
         ax.axvline(offset, color="grey", alpha=0.3)
     ax.set_xlabel("update (all phases)")
@@ -143,21 +165,37 @@ def main(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         phase = toy.phase
         valid = run_phase(toy, n_updates, data, out / "checkpoints", out / "logs" / f"phase{phase}.log")
-        scores = evaluate(out / "checkpoints" / f"phase{phase}" / "checkpoint_last.pt", data, args.eval_window,
-                          args.eval_step)
-        history.append({"phase": phase, "seq": toy.seq, "updates": n_updates,
-                        "windows": f"{toy.windows[0]}-{toy.windows[1]}", "lr": toy.lr,
-                        "valid": valid, "valid_bpc": float(valid[-1]["valid_bpc"]) if valid else None,
-                        "seconds": time.perf_counter() - t0, **scores})
+        scores = evaluate(
+            out / "checkpoints" / f"phase{phase}" / "checkpoint_last.pt", data, args.eval_window, args.eval_step
+        )
+        history.append(
+            {
+                "phase": phase,
+                "seq": toy.seq,
+                "updates": n_updates,
+                "windows": f"{toy.windows[0]}-{toy.windows[1]}",
+                "lr": toy.lr,
+                "valid": valid,
+                "valid_bpc": float(valid[-1]["valid_bpc"]) if valid else None,
+                "seconds": time.perf_counter() - t0,
+                **scores,
+            }
+        )
 
-    print(f"\nDemo corpus: documents repeating a 48-character passage 4 times (4.75 bits for a fresh "
-          f"character; 0 for a repeat seen in context). Test scored with windows of {args.eval_window}, "
-          f"step {args.eval_step}.")
-    print(f"{'phase':>5} {'seq':>5} {'windows':>9} {'lr':>9} {'updates':>7} {'valid BPC':>9} "
-          f"{'test BPC':>8} {'scored':>7} {'time s':>6}")
+    print(
+        f"\nDemo corpus: documents repeating a 48-character passage 4 times (4.75 bits for a fresh "
+        f"character; 0 for a repeat seen in context). Test scored with windows of {args.eval_window}, "
+        f"step {args.eval_step}."
+    )
+    print(
+        f"{'phase':>5} {'seq':>5} {'windows':>9} {'lr':>9} {'updates':>7} {'valid BPC':>9} "
+        f"{'test BPC':>8} {'scored':>7} {'time s':>6}"
+    )
     for h in history:
-        print(f"{h['phase']:>5} {h['seq']:>5} {h['windows']:>9} {h['lr']:>9.2e} {h['updates']:>7} "
-              f"{h['valid_bpc']:>9.3f} {h['test_bpc']:>8.3f} {h['scored']:>7} {h['seconds']:>6.0f}")
+        print(
+            f"{h['phase']:>5} {h['seq']:>5} {h['windows']:>9} {h['lr']:>9.2e} {h['updates']:>7} "
+            f"{h['valid_bpc']:>9.3f} {h['test_bpc']:>8.3f} {h['scored']:>7} {h['seconds']:>6.0f}"
+        )
     plot(history, out / "demo.png")
     (out / "demo.json").write_text(json.dumps(history, indent=2))
     print(f"\nwrote {out / 'demo.png'} and {out / 'demo.json'} ({time.perf_counter() - start:.0f} s)")

@@ -13,14 +13,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Write a directory that transformers.LongformerForMaskedLM.from_pretrained() loads offline: "
         "config.json (attention_window = 2w per layer), the weights and, with --tokenizer, a tokenizer "
-        "whose ids are the model's. Dilated or causal models have no HF counterpart and are refused.")
+        "whose ids are the model's. Dilated or causal models have no HF counterpart and are refused."
+    )
     parser.add_argument("checkpoint", type=Path, help="a longformer_roberta checkpoint (.pt)")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="an HF tokenizer directory, or a directory with GPT-2's encoder.json and vocab.bpe "
-                             "(mapped to model ids through --dict)")
-    parser.add_argument("--dict", type=Path, default=None,
-                        help="the model's fairseq dict.txt (default: next to the checkpoint)")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="an HF tokenizer directory, or a directory with GPT-2's encoder.json and vocab.bpe "
+        "(mapped to model ids through --dict)",
+    )
+    parser.add_argument(
+        "--dict", type=Path, default=None, help="the model's fairseq dict.txt (default: next to the checkpoint)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -29,9 +35,11 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"exported {report['checkpoint']} -> {report['output']} ({report['layers']} layers, "
-          f"HF attention_window {report['attention_window_hf'][0]}"
-          f"{'' if len(set(report['attention_window_hf'])) == 1 else ' ...'}, vocab {report['vocab']}, "
-          f"tokenizer: {report['tokenizer'] or 'none'})")
+    print(
+        f"exported {report['checkpoint']} -> {report['output']} ({report['layers']} layers, "
+        f"HF attention_window {report['attention_window_hf'][0]}"
+        f"{'' if len(set(report['attention_window_hf'])) == 1 else ' ...'}, vocab {report['vocab']}, "
+        f"tokenizer: {report['tokenizer'] or 'none'})"
+    )
     print(f"  load: transformers.LongformerForMaskedLM.from_pretrained({str(report['output'])!r})")
     return 0

@@ -20,6 +20,7 @@ def _named(kind):
             return name, kind(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a valid {kind.__name__}") from None
+
     return parse
 
 
@@ -30,23 +31,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "BPE mapped to the model's dict.txt, and write train/valid/test in fairseq's format with document "
         "boundaries kept (blank-line convention: sample_break_mode=complete_doc works). Also writes "
         "stats.json (a per-source table) and papers.jsonl ({source, title, abstract, body} of every PDF). "
-        "Bad files are reported and skipped. Rerunning with the same inputs does nothing.")
-    parser.add_argument("--source", dest="sources", action="append", required=True, metavar="NAME=KIND:PATH",
-                        help="an input, repeatable; KIND is txt (folder of .txt, one document per file), jsonl, "
-                             "wiki (.xml or .xml.bz2 dump) or pdf (file or folder); e.g. realnews=jsonl:rn.jsonl")
-    parser.add_argument("--text-field", action="append", default=[], type=_named(str), metavar="NAME=FIELD",
-                        help="the JSONL field holding the text of source NAME (default: text)")
-    parser.add_argument("--min-tokens", action="append", default=[], type=_named(int), metavar="NAME=N",
-                        help="drop documents of source NAME shorter than N tokens (paper: realnews=1200)")
-    parser.add_argument("--fraction", action="append", default=[], type=_named(float), metavar="NAME=F",
-                        help="keep this fraction of source NAME's documents (paper: realnews=0.333)")
+        "Bad files are reported and skipped. Rerunning with the same inputs does nothing."
+    )
+    parser.add_argument(
+        "--source",
+        dest="sources",
+        action="append",
+        required=True,
+        metavar="NAME=KIND:PATH",
+        help="an input, repeatable; KIND is txt (folder of .txt, one document per file), jsonl, "
+        "wiki (.xml or .xml.bz2 dump) or pdf (file or folder); e.g. realnews=jsonl:rn.jsonl",
+    )
+    parser.add_argument(
+        "--text-field",
+        action="append",
+        default=[],
+        type=_named(str),
+        metavar="NAME=FIELD",
+        help="the JSONL field holding the text of source NAME (default: text)",
+    )
+    parser.add_argument(
+        "--min-tokens",
+        action="append",
+        default=[],
+        type=_named(int),
+        metavar="NAME=N",
+        help="drop documents of source NAME shorter than N tokens (paper: realnews=1200)",
+    )
+    parser.add_argument(
+        "--fraction",
+        action="append",
+        default=[],
+        type=_named(float),
+        metavar="NAME=F",
+        help="keep this fraction of source NAME's documents (paper: realnews=0.333)",
+    )
     parser.add_argument("--encoder-json", type=Path, required=True, help="GPT-2's encoder.json")
     parser.add_argument("--vocab-bpe", type=Path, required=True, help="GPT-2's vocab.bpe")
     parser.add_argument("--dict", type=Path, required=True, help="the model's fairseq dict.txt (RoBERTa's)")
     parser.add_argument("--valid-fraction", type=float, default=0.01, help="share of documents for valid")
     parser.add_argument("--test-fraction", type=float, default=0.01, help="share of documents for test")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="processes for PDF extraction and tokenizing (default: all cores)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes for PDF extraction and tokenizing (default: all cores)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
 
@@ -57,8 +87,17 @@ def main(args: argparse.Namespace) -> int:
     for text in args.sources:
         spec = SourceSpec.parse(text)
         specs.append(SourceSpec(spec.name, spec.kind, spec.path, fields.get(spec.name, "text")))
-    cfg = DocPrepConfig(tuple(specs), args.encoder_json, args.vocab_bpe, args.dict, dict(args.min_tokens),
-                        dict(args.fraction), args.valid_fraction, args.test_fraction, args.workers)
+    cfg = DocPrepConfig(
+        tuple(specs),
+        args.encoder_json,
+        args.vocab_bpe,
+        args.dict,
+        dict(args.min_tokens),
+        dict(args.fraction),
+        args.valid_fraction,
+        args.test_fraction,
+        args.workers,
+    )
     start = time.perf_counter()
     result = prepare_docs(cfg, args.out, args.force)
     seconds = time.perf_counter() - start
@@ -66,8 +105,9 @@ def main(args: argparse.Namespace) -> int:
     splits = result["splits"]
     print("splits: " + ", ".join(f"{s} {v['documents']:,} docs / {v['tokens']:,} tokens" for s, v in splits.items()))
     if result["papers_without_abstract"]:
-        print(f"papers without an 'Abstract' heading (kept, whole text as body): "
-              f"{len(result['papers_without_abstract'])}")
+        print(
+            f"papers without an 'Abstract' heading (kept, whole text as body): {len(result['papers_without_abstract'])}"
+        )
         for origin in result["papers_without_abstract"][:10]:
             print(f"  {origin}")
     skipped = result["skipped"]

@@ -65,8 +65,10 @@ def check_exportable(args, layers: int) -> list[int]:
         raise ExportError("checkpoint: causal attention has no HF Longformer counterpart; export refused")
     dilations = layer_values(getattr(args, "attention_dilation", "1") or "1", layers, "attention dilation")
     if any(d != 1 for d in dilations):
-        raise ExportError(f"checkpoint: dilated attention ({list(dilations)}) has no HF Longformer counterpart "
-                          "(HF runs dilation 1 only); export refused")
+        raise ExportError(
+            f"checkpoint: dilated attention ({list(dilations)}) has no HF Longformer counterpart "
+            "(HF runs dilation 1 only); export refused"
+        )
     if getattr(args, "encoder_normalize_before", False):
         raise ExportError("checkpoint: pre-layernorm layers differ from HF Longformer's BERT layers; export refused")
     windows = layer_values(args.attention_window, layers, "attention window")
@@ -85,8 +87,7 @@ def hf_state_dict(state: dict, layers: int) -> dict:
     for i in range(layers):
         for fs, hf in _LAYER.items():
             for param in ("weight", "bias"):
-                out[f"longformer.encoder.layer.{i}.{hf}.{param}"] = \
-                    state[f"{layout.LAYERS}{i}.{fs}.{param}"]
+                out[f"longformer.encoder.layer.{i}.{hf}.{param}"] = state[f"{layout.LAYERS}{i}.{fs}.{param}"]
     return {k: v.detach().clone().contiguous() for k, v in out.items()}
 
 
@@ -104,7 +105,10 @@ def hf_config(args, state: dict, windows: list[int]):
         max_position_embeddings=state[layout.POSITIONS].shape[0],
         type_vocab_size=1,
         layer_norm_eps=1e-5,  # fairseq's LayerNorm
-        pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, sep_token_id=EOS,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        sep_token_id=EOS,
         attention_window=[2 * w for w in windows],  # HF counts both sides
     )
 
@@ -120,11 +124,15 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
         # model has ids only for the dictionary's: a partial dictionary cannot be exported.
         missing = [piece for i, piece in sorted(gpt2.items()) if model_id[i] == UNK]
         if missing:
-            raise ExportError(f"--dict: {dict_path} lacks {len(missing)} of the BPE's {len(gpt2)} pieces "
-                              f"(e.g. {missing[0]!r}); an HF tokenizer needs them all (RoBERTa's dict.txt has them)")
-        vocab = {**{symbol: index for index, symbol in enumerate(SPECIAL_SYMBOLS)},
-                 **{piece: int(model_id[i]) for i, piece in gpt2.items()},
-                 "<mask>": dictionary_size(dict_path)}  # masked_lm adds <mask> after the dictionary
+            raise ExportError(
+                f"--dict: {dict_path} lacks {len(missing)} of the BPE's {len(gpt2)} pieces "
+                f"(e.g. {missing[0]!r}); an HF tokenizer needs them all (RoBERTa's dict.txt has them)"
+            )
+        vocab = {
+            **{symbol: index for index, symbol in enumerate(SPECIAL_SYMBOLS)},
+            **{piece: int(model_id[i]) for i, piece in gpt2.items()},
+            "<mask>": dictionary_size(dict_path),
+        }  # masked_lm adds <mask> after the dictionary
         (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
         shutil.copyfile(source / "vocab.bpe", out_dir / "merges.txt")
         RobertaTokenizer.from_pretrained(str(out_dir), local_files_only=True).save_pretrained(out_dir)
@@ -132,8 +140,10 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
     try:
         AutoTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
     except (OSError, ValueError) as err:
-        raise FileNotFoundError(f"--tokenizer: {source} holds neither an HF tokenizer nor GPT-2's encoder.json "
-                                f"and vocab.bpe ({str(err).splitlines()[0]})") from None
+        raise FileNotFoundError(
+            f"--tokenizer: {source} holds neither an HF tokenizer nor GPT-2's encoder.json "
+            f"and vocab.bpe ({str(err).splitlines()[0]})"
+        ) from None
     return "hf"
 
 
@@ -146,8 +156,10 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     args = model_config(state)
     name = model_name(args)
     if not str(name).startswith("longformer_roberta"):
-        raise ExportError(f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta "
-                          "(convert RoBERTa first with `longformer-fs convert-roberta`)")
+        raise ExportError(
+            f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta "
+            "(convert RoBERTa first with `longformer-fs convert-roberta`)"
+        )
     weights = state["model"]
     layers = layout.encoder_layers(weights)
     windows = check_exportable(args, layers)
@@ -155,8 +167,9 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     model = LongformerForMaskedLM(hf_config(args, weights, windows))
     missing, unexpected = model.load_state_dict(hf_state_dict(weights, layers), strict=False)
     if unexpected or [k for k in missing if not k.endswith("position_ids")]:
-        raise ExportError(f"checkpoint: weights do not map onto HF Longformer (missing {missing}, "
-                          f"unexpected {unexpected})")
+        raise ExportError(
+            f"checkpoint: weights do not map onto HF Longformer (missing {missing}, unexpected {unexpected})"
+        )
     out_dir = Path(out_dir)
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
         raise FileExistsError(f"--out: {out_dir} holds something other than an HF export; choose another directory")
@@ -168,6 +181,11 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
         if not dict_path.is_file():
             raise FileNotFoundError(f"--dict: {dict_path} does not exist (the model's fairseq dict.txt)")
         tokenizer_kind = _tokenizer(Path(tokenizer), dict_path, out_dir)
-    return {"checkpoint": str(checkpoint), "output": str(out_dir), "layers": layers,
-            "attention_window_hf": [2 * w for w in windows], "vocab": weights[layout.TOKEN_EMBEDDINGS].shape[0],
-            "tokenizer": tokenizer_kind}
+    return {
+        "checkpoint": str(checkpoint),
+        "output": str(out_dir),
+        "layers": layers,
+        "attention_window_hf": [2 * w for w in windows],
+        "vocab": weights[layout.TOKEN_EMBEDDINGS].shape[0],
+        "tokenizer": tokenizer_kind,
+    }

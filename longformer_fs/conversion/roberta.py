@@ -37,8 +37,9 @@ class NotRobertaError(ValueError):
     """The checkpoint is not a fairseq RoBERTa-like encoder."""
 
 
-def extend_positions(weight: torch.Tensor, max_positions: int, padding_idx: int, init: str = "copy",
-                     seed: int = 0) -> torch.Tensor:
+def extend_positions(
+    weight: torch.Tensor, max_positions: int, padding_idx: int, init: str = "copy", seed: int = 0
+) -> torch.Tensor:
     """A learned position table for ``max_positions`` positions.
 
     Args:
@@ -54,8 +55,10 @@ def extend_positions(weight: torch.Tensor, max_positions: int, padding_idx: int,
     reserved = reserved_position_rows(padding_idx)
     learned = weight[reserved:]
     if max_positions < learned.shape[0]:
-        raise ValueError(f"max_positions: {max_positions} is smaller than the checkpoint's {learned.shape[0]}; "
-                         "Longformer extends the position table, it never cuts it")
+        raise ValueError(
+            f"max_positions: {max_positions} is smaller than the checkpoint's {learned.shape[0]}; "
+            "Longformer extends the position table, it never cuts it"
+        )
     if init == "copy":
         repeats = -(-max_positions // learned.shape[0])
         rows = learned.repeat(repeats, 1)[:max_positions]
@@ -83,8 +86,9 @@ def check_roberta_like(state_dict: dict, name: str | None) -> int:
     return layers
 
 
-def convert_roberta(src: Path, out_dir: Path, max_positions: int = 4096, window: str = "256",
-                    position_init: str = "copy", seed: int = 0) -> dict:
+def convert_roberta(
+    src: Path, out_dir: Path, max_positions: int = 4096, window: str = "256", position_init: str = "copy", seed: int = 0
+) -> dict:
     """Convert ``src`` (a ``model.pt``, or a directory holding it and ``dict.txt``) into
     ``out_dir/model.pt`` + ``out_dir/dict.txt``. Returns a report of what changed."""
     src = Path(src)
@@ -107,15 +111,24 @@ def convert_roberta(src: Path, out_dir: Path, max_positions: int = 4096, window:
 
     padding_idx = Dictionary.load(str(dictionary)).pad()
     old_positions = weights[layout.POSITIONS].shape[0] - reserved_position_rows(padding_idx)
-    weights[layout.POSITIONS] = extend_positions(weights[layout.POSITIONS], max_positions, padding_idx,
-                                                 position_init, seed)
+    weights[layout.POSITIONS] = extend_positions(
+        weights[layout.POSITIONS], max_positions, padding_idx, position_init, seed
+    )
     added = add_global_projections(weights, layout.LAYERS)
 
     large = weights[layout.POSITIONS].shape[1] >= 1024
     arch = "longformer_roberta_large" if large else "longformer_roberta_base"
-    config_set(model_cfg, _name=arch, arch=arch, max_positions=max_positions, max_source_positions=max_positions,
-               attention_window=str(window), attention_dilation="1", causal_attention=False,
-               global_attention_tokens="")
+    config_set(
+        model_cfg,
+        _name=arch,
+        arch=arch,
+        max_positions=max_positions,
+        max_source_positions=max_positions,
+        attention_window=str(window),
+        attention_dilation="1",
+        causal_attention=False,
+        global_attention_tokens="",
+    )
     cfg = state.get("cfg")
     if cfg is not None and cfg.get("task") is not None:
         config_set(cfg["task"], tokens_per_sample=max_positions)

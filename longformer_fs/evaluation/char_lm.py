@@ -20,9 +20,16 @@ def read_split(task, data: Path, split: str) -> torch.Tensor:
     return torch.cat([dataset[i] for i in range(len(dataset))]).long()
 
 
-def score_checkpoint(checkpoint: Path, data: Path, split: str, window: int, step: int, batch_size: int,
-                     device: str, progress: Callable[[Iterator], Iterator] = lambda it: it
-                     ) -> tuple[BpcResult, int]:
+def score_checkpoint(
+    checkpoint: Path,
+    data: Path,
+    split: str,
+    window: int,
+    step: int,
+    batch_size: int,
+    device: str,
+    progress: Callable[[Iterator], Iterator] = lambda it: it,
+) -> tuple[BpcResult, int]:
     """The protocol on one split; returns the result and the split's length in characters.
 
     Raises:

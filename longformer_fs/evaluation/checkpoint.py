@@ -8,8 +8,9 @@ import torch
 from fairseq import checkpoint_utils
 
 
-def load_model(checkpoint: Path, data: Path | None = None, device: str | torch.device = "cpu",
-               overrides: dict | None = None):
+def load_model(
+    checkpoint: Path, data: Path | None = None, device: str | torch.device = "cpu", overrides: dict | None = None
+):
     """The checkpoint's model (in eval mode, on ``device``) and its task.
 
     Args:

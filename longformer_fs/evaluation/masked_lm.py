@@ -27,8 +27,15 @@ def mask_positions(tokens: torch.Tensor, special: torch.Tensor, mask_prob: float
 
 
 @torch.no_grad()
-def masked_lm_bits(model, blocks: torch.Tensor, mask_idx: int, special: torch.Tensor, mask_prob: float = 0.15,
-                   seed: int = 0, batch_size: int = 8) -> MaskedLmScore:
+def masked_lm_bits(
+    model,
+    blocks: torch.Tensor,
+    mask_idx: int,
+    special: torch.Tensor,
+    mask_prob: float = 0.15,
+    seed: int = 0,
+    batch_size: int = 8,
+) -> MaskedLmScore:
     """Score a fairseq RoBERTa-style model on ``blocks`` ``(N, L)`` of token ids.
 
     ``model(src_tokens)[0]`` must give ``(B, L, V)`` logits. ``special`` lists ids never
@@ -38,7 +45,7 @@ def masked_lm_bits(model, blocks: torch.Tensor, mask_idx: int, special: torch.Te
     total, count = 0.0, 0
     device = next(model.parameters()).device
     for start in range(0, len(blocks), batch_size):
-        tokens, where = blocks[start:start + batch_size], masked[start:start + batch_size]
+        tokens, where = blocks[start : start + batch_size], masked[start : start + batch_size]
         inputs = tokens.masked_fill(where, mask_idx).to(device)
         logits = model(inputs)[0].double().cpu()
         total += torch.nn.functional.cross_entropy(logits[where], tokens[where], reduction="sum").item()

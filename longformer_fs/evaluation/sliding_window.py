@@ -21,7 +21,7 @@ import torch
 @dataclass(frozen=True)
 class Window:
     start: int  # first input position (in the stream with the start symbol at 0)
-    end: int    # one past the last input position
+    end: int  # one past the last input position
     scored_from: int  # targets [scored_from, end) are scored; target p is character p
 
     @property
@@ -72,18 +72,18 @@ def sliding_window_bpc(
     stream = torch.cat([chars.new_tensor([start_symbol]), chars])  # inputs; targets are stream[1:]
     plan = window_plan(len(chars), window, step)
     total, scored = 0.0, 0
-    batches = [plan[i:i + batch_size] for i in range(0, len(plan), batch_size)]
+    batches = [plan[i : i + batch_size] for i in range(0, len(plan), batch_size)]
     for batch in progress(iter(batches)):
         # Windows of one batch share a length except possibly the first (shorter) one.
         for length in sorted({w.length for w in batch}):
             group = [w for w in batch if w.length == length]
-            inputs = torch.stack([stream[w.start:w.end] for w in group])
-            targets = torch.stack([stream[w.start + 1:w.end + 1] for w in group])
+            inputs = torch.stack([stream[w.start : w.end] for w in group])
+            targets = torch.stack([stream[w.start + 1 : w.end + 1] for w in group])
             lp = log_probs(inputs)
             lp = lp.to(torch.promote_types(lp.dtype, torch.float32))  # half -> fp32, fp64 stays
             lp = lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (b, L)
             for row, w in zip(lp, group, strict=True):
-                kept = row[w.scored_from - w.start:]
+                kept = row[w.scored_from - w.start :]
                 total -= float(kept.sum()) / math.log(2)
                 scored += kept.numel()
     return BpcResult(total, scored, len(plan))

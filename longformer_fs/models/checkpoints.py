@@ -104,11 +104,14 @@ def save_start_checkpoint(state: dict, weights: dict, path: Path) -> None:
         "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if cfg is not None else None,
         "args": None if cfg is not None else state.get("args"),
         "model": weights,
-        "optimizer_history": [{"criterion_name": "converted", "optimizer_name": "none",
-                               "lr_scheduler_state": {}, "num_updates": 0}],
+        "optimizer_history": [
+            {"criterion_name": "converted", "optimizer_name": "none", "lr_scheduler_state": {}, "num_updates": 0}
+        ],
         "last_optimizer_state": None,
-        "extra_state": {"train_iterator": {"version": 2, "epoch": 1, "iterations_in_epoch": 0, "shuffle": True},
-                        "val_loss": None},
+        "extra_state": {
+            "train_iterator": {"version": 2, "epoch": 1, "iterations_in_epoch": 0, "shuffle": True},
+            "val_loss": None,
+        },
     }
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")

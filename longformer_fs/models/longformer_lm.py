@@ -26,18 +26,24 @@ class LongformerLMConfig(FairseqDataclass):
     decoder_attention_heads: int = field(default=8, metadata={"help": "attention heads per layer"})
     dropout: float = field(default=0.2, metadata={"help": "dropout on embeddings and residual branches"})
     attention_dropout: float = field(
-        default=0.0, metadata={"help": "dropout on attention probabilities (> 0 rules out the kernel backend)"})
+        default=0.0, metadata={"help": "dropout on attention probabilities (> 0 rules out the kernel backend)"}
+    )
     attention_windows: str = field(
         default="16:4096",
-        metadata={"help": "one-sided window per layer, bottom first: 'w', 'w0,w1,...', or 'lo:hi' "
-                          "(geometric from lo to hi). The paper's window size is 2w"})
+        metadata={
+            "help": "one-sided window per layer, bottom first: 'w', 'w0,w1,...', or 'lo:hi' "
+            "(geometric from lo to hi). The paper's window size is 2w"
+        },
+    )
     attention_dilations: str = field(
-        default="1", metadata={"help": "dilation d of the dilated heads per layer ('d' or 'd0,d1,...'); "
-                                       "d=1 means no gaps"})
+        default="1",
+        metadata={"help": "dilation d of the dilated heads per layer ('d' or 'd0,d1,...'); d=1 means no gaps"},
+    )
     dilated_heads: int = field(default=2, metadata={"help": "how many heads of each layer use the dilation"})
     attention_backend: str = field(default="auto", metadata={"help": "band backend: auto, kernel, chunks"})
     checkpoint_activations: bool = field(
-        default=False, metadata={"help": "recompute each block in backward to save memory"})
+        default=False, metadata={"help": "recompute each block in backward to save memory"}
+    )
     # fairseq-train sets this from the task; declared Optional because it may be None.
     max_target_positions: Optional[int] = field(default=None, metadata={"help": "longest sequence"})
 
@@ -46,14 +52,20 @@ class LongformerLMDecoder(FairseqDecoder):
     def __init__(self, cfg, dictionary):
         super().__init__(dictionary)
         shape = DecoderShape(
-            vocab_size=len(dictionary), padding_idx=dictionary.pad(), embed_dim=cfg.decoder_embed_dim,
-            ffn_dim=cfg.decoder_ffn_embed_dim, num_heads=cfg.decoder_attention_heads,
+            vocab_size=len(dictionary),
+            padding_idx=dictionary.pad(),
+            embed_dim=cfg.decoder_embed_dim,
+            ffn_dim=cfg.decoder_ffn_embed_dim,
+            num_heads=cfg.decoder_attention_heads,
             windows=layer_values(cfg.attention_windows, cfg.decoder_layers),
-            dilations=dilation_pattern(cfg.attention_dilations, cfg.decoder_layers, cfg.decoder_attention_heads,
-                                       cfg.dilated_heads))
+            dilations=dilation_pattern(
+                cfg.attention_dilations, cfg.decoder_layers, cfg.decoder_attention_heads, cfg.dilated_heads
+            ),
+        )
         self.max_target_positions = cfg.max_target_positions
-        self.net = LongformerDecoder(shape, cfg.dropout, cfg.attention_dropout, cfg.checkpoint_activations,
-                                     cfg.attention_backend)
+        self.net = LongformerDecoder(
+            shape, cfg.dropout, cfg.attention_dropout, cfg.checkpoint_activations, cfg.attention_backend
+        )
 
     def forward(self, prev_output_tokens, **kwargs):
         logits, states = self.net(prev_output_tokens)

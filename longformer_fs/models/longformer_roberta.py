@@ -70,8 +70,7 @@ class FairseqLongformerAttention(LongformerSelfAttention):
         """``(B, T)`` bool for the coming forward (kept for activation recomputation)."""
         self.global_mask = mask
 
-    def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None,
-                **unused):
+    def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None, **unused):
         """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
         if attn_mask is not None:
             raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
@@ -89,8 +88,14 @@ class LongformerEncoderLayer(TransformerEncoderLayerBase):
         super().__init__(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
-        return FairseqLongformerAttention(embed_dim, cfg.encoder.attention_heads, self.window, self.dilation,
-                                          self.causal, dropout=cfg.attention_dropout)
+        return FairseqLongformerAttention(
+            embed_dim,
+            cfg.encoder.attention_heads,
+            self.window,
+            self.dilation,
+            self.causal,
+            dropout=cfg.attention_dropout,
+        )
 
 
 class LongformerTransformerEncoder(TransformerEncoder):
@@ -100,10 +105,13 @@ class LongformerTransformerEncoder(TransformerEncoder):
         layers = args.encoder_layers
         # The base __init__ builds the layers in order, from a TransformerConfig that lacks
         # our settings: they take them from here.
-        self.layer_settings = iter(zip(
-            layer_values(args.attention_window, layers, "attention window"),
-            layer_values(args.attention_dilation, layers, "attention dilation"), strict=True,
-        ))
+        self.layer_settings = iter(
+            zip(
+                layer_values(args.attention_window, layers, "attention window"),
+                layer_values(args.attention_dilation, layers, "attention dilation"),
+                strict=True,
+            )
+        )
         self.causal = bool(safe_getattr(args, "causal_attention", False))
         super().__init__(args, dictionary, embed_tokens)
         self.global_token_ids = global_token_ids(args.global_attention_tokens, dictionary)
@@ -159,16 +167,31 @@ class LongformerRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
-        parser.add_argument("--attention-window", type=str, metavar="W",
-                            help="one-sided window per layer: 'w' for all layers or 'w0,w1,...' "
-                                 f"(default {DEFAULT_WINDOW}, the paper's 512-token window)")
-        parser.add_argument("--attention-dilation", type=str, metavar="D",
-                            help="dilation per layer, as --attention-window (default 1: none)")
-        parser.add_argument("--causal-attention", action="store_true",
-                            help="attend only to earlier tokens (not for masked LM; HF export refuses it)")
-        parser.add_argument("--global-attention-tokens", type=str, metavar="SYMBOLS",
-                            help="comma-separated dictionary symbols that get global attention, e.g. '<s>' "
-                                 "(default: none, as in the paper's pretraining)")
+        parser.add_argument(
+            "--attention-window",
+            type=str,
+            metavar="W",
+            help="one-sided window per layer: 'w' for all layers or 'w0,w1,...' "
+            f"(default {DEFAULT_WINDOW}, the paper's 512-token window)",
+        )
+        parser.add_argument(
+            "--attention-dilation",
+            type=str,
+            metavar="D",
+            help="dilation per layer, as --attention-window (default 1: none)",
+        )
+        parser.add_argument(
+            "--causal-attention",
+            action="store_true",
+            help="attend only to earlier tokens (not for masked LM; HF export refuses it)",
+        )
+        parser.add_argument(
+            "--global-attention-tokens",
+            type=str,
+            metavar="SYMBOLS",
+            help="comma-separated dictionary symbols that get global attention, e.g. '<s>' "
+            "(default: none, as in the paper's pretraining)",
+        )
 
     @classmethod
     def build_model(cls, args, task):
@@ -193,7 +216,8 @@ class LongformerRobertaModel(RobertaModel):
         if key in state_dict and state_dict[key].shape[0] - reserved != expected:
             raise ValueError(
                 f"{key}: the checkpoint has {state_dict[key].shape[0] - reserved} positions but this model "
-                f"{expected}; convert it first with `longformer-fs convert-roberta --max-positions {expected}`")
+                f"{expected}; convert it first with `longformer-fs convert-roberta --max-positions {expected}`"
+            )
         super().upgrade_state_dict_named(state_dict, name)
 
 

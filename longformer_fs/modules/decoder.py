@@ -43,8 +43,15 @@ class DecoderBlock(nn.Module):
     def __init__(self, shape: DecoderShape, layer: int, dropout: float, attention_dropout: float, backend: str):
         super().__init__()
         self.attn_norm = nn.LayerNorm(shape.embed_dim)
-        self.attn = RelativeBandSelfAttention(shape.embed_dim, shape.num_heads, shape.windows[layer],
-                                              shape.dilations[layer], shape.causal, attention_dropout, backend)
+        self.attn = RelativeBandSelfAttention(
+            shape.embed_dim,
+            shape.num_heads,
+            shape.windows[layer],
+            shape.dilations[layer],
+            shape.causal,
+            attention_dropout,
+            backend,
+        )
         self.ffn_norm = nn.LayerNorm(shape.embed_dim)
         self.fc1 = nn.Linear(shape.embed_dim, shape.ffn_dim)
         self.fc2 = nn.Linear(shape.ffn_dim, shape.embed_dim)
@@ -62,14 +69,21 @@ class LongformerDecoder(nn.Module):
     Positions enter only through the relative term of each block's attention.
     """
 
-    def __init__(self, shape: DecoderShape, dropout: float = 0.1, attention_dropout: float = 0.0,
-                 checkpoint_activations: bool = False, backend: str = "auto"):
+    def __init__(
+        self,
+        shape: DecoderShape,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        checkpoint_activations: bool = False,
+        backend: str = "auto",
+    ):
         super().__init__()
         self.shape = shape
         self.embed = nn.Embedding(shape.vocab_size, shape.embed_dim, padding_idx=shape.padding_idx)
         nn.init.normal_(self.embed.weight, std=shape.embed_dim**-0.5)
-        self.blocks = nn.ModuleList(DecoderBlock(shape, i, dropout, attention_dropout, backend)
-                                    for i in range(shape.num_layers))
+        self.blocks = nn.ModuleList(
+            DecoderBlock(shape, i, dropout, attention_dropout, backend) for i in range(shape.num_layers)
+        )
         self.final_norm = nn.LayerNorm(shape.embed_dim)
         self.dropout = dropout
         self.checkpoint_activations = checkpoint_activations

@@ -40,8 +40,9 @@ def _parse(spec: str | Sequence[int], num_layers: int, name: str) -> list[int]:
     return values
 
 
-def dilation_pattern(spec: str | Sequence[int], num_layers: int, num_heads: int,
-                     dilated_heads: int) -> tuple[tuple[int, ...], ...]:
+def dilation_pattern(
+    spec: str | Sequence[int], num_layers: int, num_heads: int, dilated_heads: int
+) -> tuple[tuple[int, ...], ...]:
     """Per-layer, per-head dilations: the last ``dilated_heads`` heads of layer l get
     the layer's dilation (``spec`` in :func:`layer_values` syntax), the others 1.
 

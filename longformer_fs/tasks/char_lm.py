@@ -14,7 +14,8 @@ from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageMode
 @dataclass
 class CharLMConfig(LanguageModelingConfig):
     sample_break_mode: str = field(
-        default="none", metadata={"help": "'none': the split is one stream cut into tokens_per_sample blocks"})
+        default="none", metadata={"help": "'none': the split is one stream cut into tokens_per_sample blocks"}
+    )
     tokens_per_sample: int = field(default=2048, metadata={"help": "characters per training sequence"})
 
 

@@ -47,8 +47,13 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("kernel", kernel.kernel_band_attention, "compiled C++/CUDA band kernels, memory O(T*D)",
-                kernel.unavailable_reason, kernel.supports),
+        Backend(
+            "kernel",
+            kernel.kernel_band_attention,
+            "compiled C++/CUDA band kernels, memory O(T*D)",
+            kernel.unavailable_reason,
+            kernel.supports,
+        ),
         Backend("chunks", chunks_band_attention, "blocked PyTorch, memory O(T*w)"),
         Backend("reference", reference_band_attention, "dense masked attention, O(T^2), for tests"),
     )
@@ -67,13 +72,13 @@ def get_backend(name: str, spec: BandSpec | None = None, device: torch.device | 
     """Resolve a backend name (or ``"auto"``, given the call's ``spec`` and device when known)."""
     if name == "auto":
         return next(
-            BACKENDS[n] for n in AUTO_ORDER
+            BACKENDS[n]
+            for n in AUTO_ORDER
             if BACKENDS[n].available and (spec is None or BACKENDS[n].supports(spec, device))
         )
     if name not in BACKENDS:
         raise ValueError(
-            f"backend: unknown attention backend {name!r}; choose 'auto' or one of "
-            f"{', '.join(available_backends())}"
+            f"backend: unknown attention backend {name!r}; choose 'auto' or one of {', '.join(available_backends())}"
         )
     backend = BACKENDS[name]
     reason = backend.unavailable_reason()

@@ -122,7 +122,11 @@ def _from_residues(x: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def chunks_band_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    spec: BandSpec,
     position: PositionTerm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""

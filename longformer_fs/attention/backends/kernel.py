@@ -73,21 +73,37 @@ class _BandKernel(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros_like(out)
         with _on_device(q.device):
-            dq, dk, dv, dpq, dtable = _load().backward(q, k, v, key_ok, *ctx.args, pos_query, table, out, lse, dout,
-                                                       dlse, _stream(q.device))
-        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, _like(dpq, pos_query), _like(dtable, table),
-                None, None, None, None)
+            dq, dk, dv, dpq, dtable = _load().backward(
+                q, k, v, key_ok, *ctx.args, pos_query, table, out, lse, dout, dlse, _stream(q.device)
+            )
+        return (
+            dq.to(q.dtype),
+            dk.to(k.dtype),
+            dv.to(v.dtype),
+            None,
+            _like(dpq, pos_query),
+            _like(dtable, table),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def kernel_band_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    spec: BandSpec,
     position=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
     if not supports(spec, q.device):  # band_attention_with_lse ties position to spec.relative
-        raise ValueError("backend: 'kernel' has no attention dropout, nor a relative-position term on CUDA, "
-                         "yet; use backend='auto' or 'chunks'")
+        raise ValueError(
+            "backend: 'kernel' has no attention dropout, nor a relative-position term on CUDA, "
+            "yet; use backend='auto' or 'chunks'"
+        )
     key_ok = None if key_mask is None else ~key_mask
     pos_query, table = (None, None) if position is None else (position.query, position.table)
-    return _BandKernel.apply(q, k, v, key_ok, pos_query, table, spec.dilations, spec.window, spec.causal,
-                             spec.scale)
+    return _BandKernel.apply(q, k, v, key_ok, pos_query, table, spec.dilations, spec.window, spec.causal, spec.scale)

@@ -18,7 +18,11 @@ def dense_position_scores(position: PositionTerm, spec: BandSpec, seq_len: int) 
 
 
 def reference_band_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    spec: BandSpec,
     position: PositionTerm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
