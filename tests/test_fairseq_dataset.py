@@ -1,0 +1,83 @@
+"""The core every preparation shares: special ids, the output guard, manifests, staging."""
+
+import json
+
+import pytest
+from fairseq.data import Dictionary
+
+from data_prep.fairseq_dataset import (
+    BOS,
+    EOS,
+    MANIFEST,
+    NUM_SPECIALS,
+    PAD,
+    SPECIAL_SYMBOLS,
+    UNK,
+    MmapWriter,
+    PrepError,
+    Staging,
+    finished_manifest,
+    guard_out_dir,
+)
+
+
+def test_special_ids_are_fairseqs():
+    d = Dictionary()
+    assert (d.bos(), d.pad(), d.eos(), d.unk()) == (BOS, PAD, EOS, UNK)
+    assert [d[i] for i in range(NUM_SPECIALS)] == list(SPECIAL_SYMBOLS) and len(d) == NUM_SPECIALS
+
+
+def test_guard_creates_accepts_own_files_and_refuses_others(tmp_path):
+    out = tmp_path / "a" / "b"
+    guard_out_dir(out, {"dict.txt"}, force=False)
+    assert out.is_dir()
+    (out / "dict.txt").write_text("x 1\n")
+    (out / MANIFEST).write_text("{}")
+    guard_out_dir(out, {"dict.txt"}, force=False)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(PrepError, match=r"holds files this command did not write \(notes.txt\)"):
+        guard_out_dir(out, {"dict.txt"}, force=False)
+    guard_out_dir(out, {"dict.txt"}, force=True)
+    assert (out / "notes.txt").read_text() == "mine"  # --force never deletes what it did not write
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PrepError, match="is a file"):
+        guard_out_dir(tmp_path / "file", set(), force=False)
+
+
+def test_staging_publishes_everything_and_the_manifest_last(tmp_path):
+    out = tmp_path / "out"
+    staging = Staging(out)
+    (staging.dir / "train.txt").write_text("new")
+    (staging.dir / "sub").mkdir()
+    (staging.dir / "sub" / "f").write_text("1")
+    assert finished_manifest(out, "kind", {"a": 1}) is None
+    manifest = staging.publish("kind", {"a": 1}, rows=3)
+    assert (out / "train.txt").read_text() == "new" and (out / "sub" / "f").read_text() == "1"
+    assert not staging.dir.exists()
+    assert (
+        json.loads((out / MANIFEST).read_text())
+        == manifest
+        == {"format": 2, "kind": "kind", "inputs": {"a": 1}, "rows": 3}
+    )
+    assert finished_manifest(out, "kind", {"a": 1}) == manifest
+    assert finished_manifest(out, "kind", {"a": 2}) is None
+    assert finished_manifest(out, "other", {"a": 1}) is None
+
+    again = Staging(out)  # a second run: an interrupted one leaves the old outputs but no manifest
+    (again.dir / "train.txt").write_text("newer")
+    (again.dir / "sub").mkdir()
+    assert (out / MANIFEST).is_file()
+    again.publish("kind", {"a": 2})
+    assert (out / "train.txt").read_text() == "newer" and not (out / "sub" / "f").exists()
+
+
+def test_mmap_writer_round_trips_through_fairseq(tmp_path):
+    from fairseq.data import data_utils
+
+    writer = MmapWriter(tmp_path / "split", vocab_size=1000)
+    writer.add([4, 5, 6])
+    writer.add([999])
+    writer.finalize()
+    assert (writer.items, writer.tokens) == (2, 4)
+    dataset = data_utils.load_indexed_dataset(str(tmp_path / "split"), None, "mmap")
+    assert [dataset[i].tolist() for i in range(len(dataset))] == [[4, 5, 6], [999]]
