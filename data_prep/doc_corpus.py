@@ -6,8 +6,9 @@ Pipeline, streamed so memory does not grow with the corpus:
    bad input becomes a :class:`~.doc_sources.Skipped` record, never an exception;
 2. **filter**: exact duplicates (by SHA-1 of the text, across sources) and the
    per-source sampling fraction (a hash decides, so reruns keep the same documents);
-3. **tokenize** in ``--workers`` processes with GPT-2 byte-level BPE mapped to the
-   model's ``dict.txt``; then the per-source minimum length in tokens;
+3. **tokenize** in ``--workers`` processes with a subword encoder
+   (:mod:`data_prep.subword`: GPT-2 byte-level BPE mapped to the model's ``dict.txt``,
+   or SentencePiece); then the per-source minimum length in tokens;
 4. **write** train/valid/test (a hash of the text picks the split) in fairseq's mmap
    format: one item per paragraph ending in ``</s>``, and an item holding only
    ``</s>`` after each document, the layout fairseq-preprocess gives text with blank
@@ -26,7 +27,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
 from .fairseq_dataset import EOS, SPLITS, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
-from .gpt2_bpe import dictionary_lookup, dictionary_size, load_tokenizer, vocab_size
+from .subword import SubwordSpec
 
 KIND = "docs"
 BATCH_DOCS = 64  # documents per tokenizer task
@@ -46,9 +46,7 @@ BATCH_DOCS = 64  # documents per tokenizer task
 @dataclass(frozen=True)
 class DocPrepConfig:
     sources: tuple[SourceSpec, ...]
-    encoder_json: Path
-    vocab_bpe: Path
-    dict_txt: Path
+    subword: SubwordSpec
     min_tokens: dict = field(default_factory=dict)  # source -> tokens
     fractions: dict = field(default_factory=dict)  # source -> kept fraction
     valid_fraction: float = 0.01
@@ -78,10 +76,9 @@ def _unit(digest: bytes, salt: bytes) -> float:
 _WORKER: dict = {}
 
 
-def _init_worker(encoder_json: str, vocab_bpe: str, dict_txt: str) -> None:
+def _init_worker(subword: SubwordSpec) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # processes are the parallelism
-    _WORKER["tokenizer"] = load_tokenizer(Path(encoder_json), Path(vocab_bpe))
-    _WORKER["lut"] = dictionary_lookup(Path(dict_txt), vocab_size(Path(encoder_json)))
+    _WORKER["encoder"] = subword.load()
 
 
 def _tokenize(texts: list[str]) -> list[list[np.ndarray]]:
@@ -93,11 +90,8 @@ def _tokenize(texts: list[str]) -> list[list[np.ndarray]]:
                 paragraphs.append(line)
                 owners.append(doc)
     out: list[list[np.ndarray]] = [[] for _ in texts]
-    lut = _WORKER["lut"]
-    for owner, encoding in zip(
-        owners, _WORKER["tokenizer"].encode_batch(paragraphs, add_special_tokens=False), strict=True
-    ):
-        out[owner].append(lut[np.asarray(encoding.ids, dtype=np.int64)])
+    for owner, ids in zip(owners, _WORKER["encoder"].encode(paragraphs), strict=True):
+        out[owner].append(ids)
     return out
 
 
@@ -170,7 +164,7 @@ def input_manifest(cfg: DocPrepConfig) -> dict:
             }
             for s in cfg.sources
         ],
-        "bpe": [stamp(Path(p)) for p in (cfg.encoder_json, cfg.vocab_bpe, cfg.dict_txt)],
+        "subword": {"kind": cfg.subword.kind, "files": [stamp(Path(p)) for p in cfg.subword.input_files()]},
         "min_tokens": dict(sorted(cfg.min_tokens.items())),
         "fractions": dict(sorted(cfg.fractions.items())),
         "valid_fraction": cfg.valid_fraction,
@@ -208,17 +202,17 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
 
     staging = Staging(out)
     partial = staging.dir
-    bpe_args = (str(cfg.encoder_json), str(cfg.vocab_bpe), str(cfg.dict_txt))
-    _init_worker(*bpe_args)  # in the parent too: bad BPE files fail here, and workers=1 runs in-process
+    _init_worker(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs in-process
+    encoder = _WORKER["encoder"]
 
     # Every source gets a row, even one that yields nothing.
     stats: dict[str, SourceStats] = {spec.name: SourceStats() for spec in cfg.sources}
     skips: list[Skipped] = []
     no_abstract: list[str] = []  # papers kept whole as body: reported, not fatal
     seen: set[bytes] = set()
-    writer = _SplitWriter(partial, dictionary_size(cfg.dict_txt))
+    writer = _SplitWriter(partial, encoder.dictionary_size)
     ctx = multiprocessing.get_context("spawn")  # tokenizers' Rust threads and fork do not mix
-    pool = ctx.Pool(cfg.workers, _init_worker, bpe_args) if cfg.workers > 1 else None
+    pool = ctx.Pool(cfg.workers, _init_worker, (cfg.subword,)) if cfg.workers > 1 else None
     papers = open(partial / "papers.jsonl", "w", encoding="utf-8")
     read_bar = tqdm(desc="read", unit=" docs", position=0)
     token_bar = tqdm(desc="tokenize+write", unit="B", unit_scale=True, position=1)
@@ -284,7 +278,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
         if pool is not None:
             pool.terminate()
 
-    shutil.copyfile(cfg.dict_txt, partial / "dict.txt")
+    encoder.write_dictionary(partial / "dict.txt")
     result = {
         "sources": {name: asdict(st) for name, st in stats.items()},
         "splits": {s: {"documents": writer.documents[s], "tokens": writer.tokens[s]} for s in SPLITS},

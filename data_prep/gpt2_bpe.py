@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from .fairseq_dataset import NUM_SPECIALS, UNK
 
@@ -33,6 +33,8 @@ def load_tokenizer(encoder_json: Path, vocab_bpe: Path):
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
+    # Offsets without the space a piece starts with: spans found in the text map to tokens exactly.
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=True)
     return tokenizer
 
 

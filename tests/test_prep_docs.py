@@ -16,6 +16,7 @@ from data_prep.doc_sources import SourceSpec
 from data_prep.fairseq_dataset import NUM_SPECIALS
 from data_prep.gpt2_bpe import train_bpe
 from data_prep.pdf_papers import read_paper
+from data_prep.subword import SubwordSpec
 from data_prep.wikitext import iter_wiki_pages, strip_markup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,6 +208,20 @@ def corpus(tmp_path_factory, pdfs):
     return d, tokenizer, books, news
 
 
+def gpt2(d: Path) -> SubwordSpec:
+    return SubwordSpec.gpt2(d / "encoder.json", d / "vocab.bpe", d / "dict.txt")
+
+
+def train_spm(texts: list[str], path: Path, size: int = 200) -> Path:
+    """A SentencePiece model trained by sentencepiece's own trainer on ``texts``."""
+    import sentencepiece
+
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=str(path), vocab_size=size, hard_vocab_limit=False, minloglevel=2
+    )
+    return path.with_suffix(".model")
+
+
 def run_prep(corpus, pdfs, out, *extra):
     d = corpus[0]
     cmd = [
@@ -349,9 +364,7 @@ def test_rerun_is_a_no_op(prepared, corpus, pdfs):
 
 def test_interrupted_run_never_looks_complete(corpus, tmp_path, monkeypatch):
     d = corpus[0]
-    cfg = DocPrepConfig(
-        (SourceSpec("books", "txt", d / "books"),), d / "encoder.json", d / "vocab.bpe", d / "dict.txt", workers=1
-    )
+    cfg = DocPrepConfig((SourceSpec("books", "txt", d / "books"),), gpt2(d), workers=1)
 
     def dies(spec, path):
         yield from ()
@@ -371,9 +384,7 @@ def test_fraction_samples_deterministically(corpus, tmp_path):
     d = corpus[0]
     cfg = DocPrepConfig(
         (SourceSpec("news", "jsonl", d / "news.jsonl", "body"),),
-        d / "encoder.json",
-        d / "vocab.bpe",
-        d / "dict.txt",
+        gpt2(d),
         fractions={"news": 0.5},
         workers=1,
     )
@@ -410,3 +421,64 @@ def test_clear_errors(corpus, tmp_path):
             cmd += ["--out", tmp_path / "o"]
         result = subprocess.run([str(c) for c in cmd + args], capture_output=True, text=True, cwd=ROOT)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "spm"])
+def test_subword_offsets_point_at_the_text(corpus, tmp_path, kind):
+    d, _, books, _ = corpus
+    spec = gpt2(d) if kind == "gpt2" else SubwordSpec.spm(train_spm(books, tmp_path / "m"))
+    encoder = spec.load()
+    text = "Windows  slide over caf\u00e9s, na\u00efvely. " + books[0][:300]
+    [(ids, offsets)] = encoder.encode_with_offsets([text])
+    assert len(ids) == len(offsets) > 50 and (ids >= NUM_SPECIALS).mean() > 0.95
+    assert (np.diff(offsets[:, 0]) >= 0).all() and (offsets[:, 1] >= offsets[:, 0]).all()
+    # Every word of the text is covered by the tokens whose spans overlap it, and the
+    # text between consecutive token spans is only white space.
+    covered = np.zeros(len(text), dtype=bool)
+    for start, end in offsets:
+        covered[start:end] = True
+    assert all(covered[i] or text[i].isspace() for i in range(len(text)))
+    # Character positions, not bytes: the last token ends where the text does (the accents before it
+    # would push byte offsets past it).
+    assert offsets[:, 1].max() == len(text.rstrip())
+    assert encoder.encode([text])[0].tolist() == ids.tolist()
+
+
+def test_prep_docs_with_sentencepiece_writes_its_dictionary(corpus, tmp_path):
+    import sentencepiece
+    from fairseq.data import Dictionary
+
+    d, _, books, news = corpus
+    model = train_spm(books + news, tmp_path / "spm", 300)
+    out = tmp_path / "bin"
+    cmd = [
+        CLI,
+        "prep",
+        "docs",
+        "--out",
+        out,
+        "--spm",
+        model,
+        "--source",
+        f"books=txt:{d / 'books'}",
+        "--valid-fraction",
+        "0.2",
+        "--test-fraction",
+        "0.2",
+        "--workers",
+        "2",
+    ]
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    dictionary = Dictionary.load(str(out / "dict.txt"))
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
+    assert len(dictionary) == sp.get_piece_size() - 3 + NUM_SPECIALS  # spm's <unk> <s> </s> are fairseq's
+    decoded = []
+    for split in ("train", "valid", "test"):
+        for doc in read_documents(out, split):
+            decoded.append("\n".join(sp.decode_pieces([dictionary[i] for i in p]) for p in doc))
+    assert sorted(decoded) == sorted(b.strip() for b in books)
+    both = subprocess.run(
+        [str(c) for c in cmd + ["--encoder-json", d / "encoder.json"]], capture_output=True, text=True, cwd=ROOT
+    )
+    assert both.returncode == 2 and "either --spm or --encoder-json" in both.stderr

@@ -19,6 +19,7 @@ import numpy as np
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
 from data_prep.gpt2_bpe import train_bpe
+from data_prep.subword import SubwordSpec
 
 
 def _int_list(text: str) -> list[int]:
@@ -75,9 +76,7 @@ def main(args: argparse.Namespace) -> int:
         shutil.rmtree(out, ignore_errors=True)
         cfg = DocPrepConfig(
             (SourceSpec("bench", "jsonl", corpus),),
-            args.out / "encoder.json",
-            args.out / "vocab.bpe",
-            args.out / "dict.txt",
+            SubwordSpec.gpt2(args.out / "encoder.json", args.out / "vocab.bpe", args.out / "dict.txt"),
             workers=workers,
         )
         start = time.perf_counter()

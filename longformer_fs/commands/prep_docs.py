@@ -10,6 +10,8 @@ from pathlib import Path
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs, stats_table
 from data_prep.doc_sources import SourceSpec
 
+from .subword_options import add_subword_arguments, subword_spec
+
 
 def _named(kind):
     def parse(text: str):
@@ -66,9 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=F",
         help="keep this fraction of source NAME's documents (paper: realnews=0.333)",
     )
-    parser.add_argument("--encoder-json", type=Path, required=True, help="GPT-2's encoder.json")
-    parser.add_argument("--vocab-bpe", type=Path, required=True, help="GPT-2's vocab.bpe")
-    parser.add_argument("--dict", type=Path, required=True, help="the model's fairseq dict.txt (RoBERTa's)")
+    add_subword_arguments(parser)
     parser.add_argument("--valid-fraction", type=float, default=0.01, help="share of documents for valid")
     parser.add_argument("--test-fraction", type=float, default=0.01, help="share of documents for test")
     parser.add_argument(
@@ -89,9 +89,7 @@ def main(args: argparse.Namespace) -> int:
         specs.append(SourceSpec(spec.name, spec.kind, spec.path, fields.get(spec.name, "text")))
     cfg = DocPrepConfig(
         tuple(specs),
-        args.encoder_json,
-        args.vocab_bpe,
-        args.dict,
+        subword_spec(args),
         dict(args.min_tokens),
         dict(args.fraction),
         args.valid_fraction,
