@@ -1,0 +1,520 @@
+"""Document/summary pairs as fairseq ``translation`` data (``longformer-fs prep summarization``).
+
+The layout is what ``fairseq-preprocess --source-lang source --target-lang target`` gives,
+so ``--task translation -s source -t target`` (and LED fine-tuning) reads it as it is::
+
+    dict.source.txt, dict.target.txt               both the model's dictionary
+    {split}.source-target.source.{bin,idx}         per pair: <s> document tokens </s>
+    {split}.source-target.target.{bin,idx}         per pair: summary tokens </s>
+    {split}.references.jsonl                       per pair, in dataset order:
+                                                   {"id": ..., "reference": "sentence\\nsentence"}
+    stats.json, prep.json
+
+Sources start with ``<s>`` as BART's hub encodes them: LED puts global attention on that
+first token. A source longer than ``max_source_tokens`` (``<s>`` and ``</s>`` counted;
+LED has 16384 positions) loses its end; a summary longer than ``max_target_tokens``
+(``</s>`` counted) too. The references keep the whole summary, one sentence per line, for
+ROUGE-Lsum (``longformer-fs rouge``).
+
+Inputs (:data:`LAYOUTS`), one JSON object per line:
+
+- ``papers``: the ``papers.jsonl`` of ``prep docs`` (body -> abstract; id: the PDF's path);
+- ``arxiv``: the arXiv/PubMed release of Cohan et al. (2018): ``article_text`` (a list of
+  sentences, joined by spaces) -> ``abstract_text`` (sentences, each in ``<S> ... </S>``,
+  the tags stripped); id: ``article_id``. ``section_names``/``sections`` are not used;
+- ``jsonl``: named fields; a field is a string or a list of strings (sentences). A string
+  summary is split into sentences at newlines, or else by :func:`data_prep.sentences.split_sentences`.
+
+Splits come from files (``--train/--valid/--test``), or from one input, where a hash of the
+source text picks the split, so reruns agree and identical documents share a split.
+
+Lines that are not JSON objects, or lack a field, are reported and skipped; so are pairs
+with an empty side (a paper without an abstract). A file where no line has the fields is
+an error: the field names are wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Union
+
+import numpy as np
+from tqdm import tqdm
+
+from .fairseq_dataset import (
+    BOS,
+    EOS,
+    MANIFEST,
+    SPLITS,
+    MmapWriter,
+    PrepError,
+    Staging,
+    finished_manifest,
+    guard_out_dir,
+)
+from .sentences import split_sentences
+from .subword import SubwordSpec
+
+KIND = "summarization"
+SOURCE, TARGET = "source", "target"
+BATCH_PAIRS = 16  # pairs per tokenizer task: sources run to tens of thousands of tokens
+REPORTED = 50  # examples of dropped lines kept in stats.json
+
+
+@dataclass(frozen=True)
+class InputLayout:
+    """Where a format keeps a pair.
+
+    Attributes:
+        id_field: the pair's id (None or absent: ``file:line``).
+        source_field, target_field: the document and the summary (None: the user names them).
+        tagged: summary sentences are wrapped in ``<S> ... </S>`` (Cohan et al.'s release).
+    """
+
+    id_field: str | None
+    source_field: str | None
+    target_field: str | None
+    tagged: bool = False
+
+
+LAYOUTS = {
+    "papers": InputLayout("file", "body", "abstract"),
+    "arxiv": InputLayout("article_id", "article_text", "abstract_text", tagged=True),
+    "jsonl": InputLayout("id", None, None),
+}
+
+
+@dataclass(frozen=True)
+class SummarizationConfig:
+    """What ``prep summarization`` reads and how it cuts.
+
+    Attributes:
+        input_format: a key of :data:`LAYOUTS`.
+        files: split -> input file; empty when ``input`` is split by ``valid_fraction``/``test_fraction``.
+        source_field, target_field, id_field: override the format's fields (required for jsonl's source and target).
+        max_source_tokens: longest source item, ``<s>`` and ``</s>`` included.
+        max_target_tokens: longest target item, ``</s>`` included.
+        truncate: cut longer pairs; False makes a longer pair an error.
+    """
+
+    input_format: str
+    subword: SubwordSpec
+    files: dict = field(default_factory=dict)
+    input: Path | None = None
+    valid_fraction: float = 0.01
+    test_fraction: float = 0.01
+    source_field: str | None = None
+    target_field: str | None = None
+    id_field: str | None = None
+    max_source_tokens: int = 16384
+    max_target_tokens: int = 1024
+    truncate: bool = True
+    workers: int = 1
+
+    def fields(self) -> tuple[str | None, str | None, str | None]:
+        """(id, source, target) field names; None where neither the user nor the format names one."""
+        layout = LAYOUTS[self.input_format]
+        return (
+            self.id_field or layout.id_field,
+            self.source_field or layout.source_field,
+            self.target_field or layout.target_field,
+        )
+
+    def inputs(self) -> dict[str | None, Path]:
+        """split -> file; the key is None for the one input that the fractions split."""
+        return {None: self.input} if self.input is not None else dict(self.files)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A document and its summary, as read.
+
+    Attributes:
+        id: the input's id, or ``file:line``.
+        origin: ``file:line``.
+        split: the split its file feeds, or None when a hash decides.
+        source: the document's text.
+        reference: the summary's sentences.
+    """
+
+    id: str
+    origin: str
+    split: str | None
+    source: str
+    reference: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A line that gives no pair: bad input, or a pair with an empty side."""
+
+    origin: str
+    reason: str
+    empty_side: bool = False
+
+
+Item = Union[Pair, Dropped]
+
+
+# ---------------------------------------------------------------- reading
+
+_SENTENCE_TAG = re.compile(r"<S>(.*?)</S>", re.S)
+
+
+def _text_parts(value) -> list[str] | None:
+    """A field's non-empty stripped strings, or None when it is neither text nor a list of text."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value.strip()] if value.strip() else []
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [v.strip() for v in value if v.strip()]
+    return None
+
+
+def _summary_sentences(value, tagged: bool) -> list[str] | None:
+    """The summary's sentences (see the module docstring), or None when it is not text."""
+    parts = _text_parts(value)
+    if parts is None:
+        return None
+    if tagged:
+        parts = [s.strip() for part in parts for s in (_SENTENCE_TAG.findall(part) or [part])]
+    elif isinstance(value, str):
+        parts = split_sentences(value)
+    return [p for p in parts if p]
+
+
+def read_pairs(path: Path, split: str | None, cfg: SummarizationConfig) -> Iterator[Item]:
+    """Every pair and dropped line of one input file.
+
+    Raises:
+        PrepError: (once the file is read) no line has both fields.
+    """
+    id_field, source_field, target_field = cfg.fields()
+    tagged = LAYOUTS[cfg.input_format].tagged
+    with_fields = 0
+    first_keys: list[str] | None = None
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            origin = f"{path}:{number}"
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield Dropped(origin, "not UTF-8 text")
+                continue
+            except json.JSONDecodeError as err:
+                yield Dropped(origin, f"malformed JSON ({err.msg})")
+                continue
+            if not isinstance(record, dict):
+                yield Dropped(origin, "not a JSON object")
+                continue
+            if first_keys is None:
+                first_keys = list(record)
+            missing = [name for name in (source_field, target_field) if name not in record]
+            if missing:
+                yield Dropped(origin, f"no field {missing[0]!r}")
+                continue
+            with_fields += 1
+            source_parts = _text_parts(record[source_field])
+            reference = _summary_sentences(record[target_field], tagged)
+            if source_parts is None or reference is None:
+                name = source_field if source_parts is None else target_field
+                yield Dropped(origin, f"field {name!r} is not text (a string or a list of strings)")
+                continue
+            empty = [side for side, parts in ((SOURCE, source_parts), (TARGET, reference)) if not parts]
+            if empty:
+                names = {SOURCE: source_field, TARGET: target_field}
+                sides = " and ".join(f"{side} ({names[side]!r})" for side in empty)
+                yield Dropped(origin, f"empty {sides}", empty_side=True)
+                continue
+            pair_id = record.get(id_field) if id_field else None
+            yield Pair(
+                str(pair_id) if pair_id is not None else origin,
+                origin,
+                split,
+                " ".join(source_parts),
+                tuple(reference),
+            )
+    if with_fields == 0:
+        found = f"the first object has: {', '.join(first_keys) or 'nothing'}" if first_keys is not None else "no object"
+        raise PrepError(
+            f"{path}: no line has the fields {source_field!r} and {target_field!r} ({found}); "
+            "name them with --source-field/--target-field"
+        )
+
+
+def split_of(text: str, valid_fraction: float, test_fraction: float) -> str:
+    """The split a hash of ``text`` picks: the same text always lands in the same split."""
+    u = int.from_bytes(hashlib.sha1(b"split" + text.encode("utf-8")).digest()[:8], "big") / 2**64
+    return "test" if u < test_fraction else ("valid" if u < test_fraction + valid_fraction else "train")
+
+
+# ---------------------------------------------------------------- tokenizing (worker side)
+
+_WORKER: dict = {}
+
+
+def _init_worker(subword: SubwordSpec) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # processes are the parallelism
+    _WORKER["encoder"] = subword.load()
+
+
+def _tokenize(texts: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per (source, target) text pair, their ids (no ``<s>``/``</s>``)."""
+    ids = _WORKER["encoder"].encode([text for pair in texts for text in pair])
+    return list(zip(ids[0::2], ids[1::2], strict=True))
+
+
+# ---------------------------------------------------------------- writing (driver side)
+
+
+@dataclass
+class Truncation:
+    """Items cut to a length limit: how many, and how many tokens they lost."""
+
+    count: int = 0
+    tokens_cut: int = 0
+    max_cut: int = 0
+
+    def add(self, cut: int) -> None:
+        self.count += 1
+        self.tokens_cut += cut
+        self.max_cut = max(self.max_cut, cut)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "mean_cut": self.tokens_cut / self.count if self.count else 0.0}
+
+
+@dataclass
+class SplitStats:
+    """One split as written. Token counts include ``<s>``/``</s>``; ``longest_source`` is before truncation."""
+
+    pairs: int = 0
+    source_tokens: int = 0
+    target_tokens: int = 0
+    longest_source: int = 0
+    truncated_sources: Truncation = field(default_factory=Truncation)
+    truncated_targets: Truncation = field(default_factory=Truncation)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["truncated_sources"] = self.truncated_sources.as_dict()
+        out["truncated_targets"] = self.truncated_targets.as_dict()
+        return out
+
+
+def output_names(split: str) -> list[str]:
+    """The files one split writes."""
+    names = [f"{split}.{SOURCE}-{TARGET}.{lang}.{ext}" for lang in (SOURCE, TARGET) for ext in ("bin", "idx")]
+    return names + [f"{split}.references.jsonl"]
+
+
+class _PairWriter:
+    """The source and target datasets and the references of one split."""
+
+    def __init__(self, directory: Path, split: str, dict_size: int):
+        prefix = directory / f"{split}.{SOURCE}-{TARGET}"
+        self.source = MmapWriter(Path(f"{prefix}.{SOURCE}"), dict_size)
+        self.target = MmapWriter(Path(f"{prefix}.{TARGET}"), dict_size)
+        self.references = open(directory / f"{split}.references.jsonl", "w", encoding="utf-8")
+        self.stats = SplitStats()
+
+    def add(self, pair: Pair, source: np.ndarray, target: np.ndarray, cfg: SummarizationConfig) -> None:
+        """Write one pair; ``source``/``target``: ids without specials, cut here to the limits."""
+        st = self.stats
+        for side, ids, specials, limit, truncation in (
+            (SOURCE, source, 2, cfg.max_source_tokens, st.truncated_sources),
+            (TARGET, target, 1, cfg.max_target_tokens, st.truncated_targets),
+        ):
+            length = len(ids) + specials
+            if length > limit:
+                if not cfg.truncate:
+                    raise PrepError(
+                        f"{pair.origin} (id {pair.id!r}): the {side} is {length:,} tokens, over "
+                        f"--max-{side}-tokens {limit:,}; raise the limit, or drop --no-truncate to cut it"
+                    )
+                truncation.add(length - limit)
+        kept_source = np.concatenate([[BOS], source[: cfg.max_source_tokens - 2], [EOS]])
+        kept_target = np.append(target[: cfg.max_target_tokens - 1], EOS)
+        self.source.add(kept_source)
+        self.target.add(kept_target)
+        self.references.write(json.dumps({"id": pair.id, "reference": "\n".join(pair.reference)}, ensure_ascii=False))
+        self.references.write("\n")
+        st.pairs += 1
+        st.source_tokens += len(kept_source)
+        st.target_tokens += len(kept_target)
+        st.longest_source = max(st.longest_source, len(source) + 2)
+
+    def finalize(self) -> None:
+        self.source.finalize()
+        self.target.finalize()
+        self.references.close()
+
+
+def _stamp(path: Path) -> list:
+    st = Path(path).stat()
+    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+
+
+def input_manifest(cfg: SummarizationConfig) -> dict:
+    """What the output depends on: the input files' sizes and mtimes, and every option."""
+    return {
+        "input_format": cfg.input_format,
+        "files": {split or "input": _stamp(path) for split, path in cfg.inputs().items()},
+        "fractions": [cfg.valid_fraction, cfg.test_fraction] if cfg.input is not None else None,
+        "fields": list(cfg.fields()),
+        "subword": {"kind": cfg.subword.kind, "files": [_stamp(p) for p in cfg.subword.input_files()]},
+        "max_source_tokens": cfg.max_source_tokens,
+        "max_target_tokens": cfg.max_target_tokens,
+        "truncate": cfg.truncate,
+    }
+
+
+def _check_config(cfg: SummarizationConfig) -> None:
+    if cfg.input_format not in LAYOUTS:
+        raise PrepError(f"--format: {cfg.input_format!r} is not one of {', '.join(LAYOUTS)}")
+    _, source_field, target_field = cfg.fields()
+    if source_field is None or target_field is None:
+        raise PrepError(f"--format {cfg.input_format}: name the fields with --source-field and --target-field")
+    unknown = sorted(set(cfg.files) - set(SPLITS))
+    if unknown:
+        raise PrepError(f"inputs: unknown splits {', '.join(unknown)}; expected {', '.join(SPLITS)}")
+    if cfg.input is not None and cfg.files:
+        raise PrepError("--input: give either --input (split by fractions) or --train/--valid/--test files, not both")
+    if cfg.input is None and not cfg.files:
+        raise PrepError("inputs: give --train/--valid/--test files (at least one), or --input to split")
+    for split, path in cfg.inputs().items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--{split or 'input'}: {path} not found")
+    if not (0 <= cfg.valid_fraction < 1 and 0 <= cfg.test_fraction < 1 and cfg.valid_fraction + cfg.test_fraction < 1):
+        raise PrepError("--valid-fraction/--test-fraction: need two fractions in [0, 1) summing below 1")
+    if cfg.max_source_tokens < 3 or cfg.max_target_tokens < 2:
+        raise PrepError("--max-source-tokens/--max-target-tokens: need room for one token besides <s>/</s>")
+    if cfg.workers < 1:
+        raise PrepError(f"--workers: must be >= 1, got {cfg.workers}")
+
+
+def _batched(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = False, log=print) -> dict:
+    """Build the dataset in ``out``; returns the stats (also in ``out/stats.json``)."""
+    _check_config(cfg)
+    # In the parent too, and first: bad tokenizer files fail here, before the manifest stamps
+    # them; and workers=1 tokenizes in-process.
+    _init_worker(cfg.subword)
+    out = Path(out)
+    inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
+    every_output = {"dict.source.txt", "dict.target.txt", "stats.json"}
+    every_output |= {name for split in SPLITS for name in output_names(split)}
+    guard_out_dir(out, every_output, force)
+    if not force and finished_manifest(out, KIND, inputs) is not None:
+        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
+        return json.loads((out / "stats.json").read_text())
+
+    splits = SPLITS if cfg.input is not None else tuple(s for s in SPLITS if s in cfg.files)
+    staging = Staging(out)
+    encoder = _WORKER["encoder"]
+    writers = {split: _PairWriter(staging.dir, split, encoder.dictionary_size) for split in splits}
+    dropped: list[Dropped] = []
+    ctx = multiprocessing.get_context("spawn")  # tokenizers' Rust threads and fork do not mix
+    pool = ctx.Pool(cfg.workers, _init_worker, (cfg.subword,)) if cfg.workers > 1 else None
+    read_bar = tqdm(desc="read", unit=" lines", position=0)
+    token_bar = tqdm(desc="tokenize+write", unit=" pairs", position=1)
+    try:
+
+        def pairs() -> Iterator[Pair]:
+            for split, path in cfg.inputs().items():
+                for item in read_pairs(path, split, cfg):
+                    read_bar.update()
+                    if isinstance(item, Dropped):
+                        dropped.append(item)
+                    else:
+                        yield item
+
+        # Chunks of batches go to the pool together: results come back in order, and
+        # memory holds one chunk of texts however large the input.
+        batches = _batched(pairs(), BATCH_PAIRS)
+        while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
+            texts = [[(pair.source, " ".join(pair.reference)) for pair in batch] for batch in chunk]
+            for batch, ids in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):
+                for pair, (source, target) in zip(batch, ids, strict=True):
+                    split = pair.split or split_of(pair.source, cfg.valid_fraction, cfg.test_fraction)
+                    writers[split].add(pair, source, target, cfg)
+                    token_bar.update()
+        for writer in writers.values():
+            writer.finalize()
+    finally:
+        read_bar.close()
+        token_bar.close()
+        if pool is not None:
+            pool.terminate()
+
+    if not any(writer.stats.pairs for writer in writers.values()):
+        first = f"; first: {dropped[0].origin}: {dropped[0].reason}" if dropped else ""
+        raise PrepError(f"inputs: no pair to write (lines dropped: {len(dropped)}{first})")
+    for lang in (SOURCE, TARGET):
+        encoder.write_dictionary(staging.dir / f"dict.{lang}.txt")
+    empty = [d for d in dropped if d.empty_side]
+    skipped = [d for d in dropped if not d.empty_side]
+    result = {
+        "splits": {split: writer.stats.as_dict() for split, writer in writers.items()},
+        "limits": {"max_source_tokens": cfg.max_source_tokens, "max_target_tokens": cfg.max_target_tokens},
+        "empty_side": {"count": len(empty), "examples": [asdict(d) for d in empty[:REPORTED]]},
+        "skipped": {
+            "count": len(skipped),
+            "by_reason": dict(Counter(d.reason.split(" (", 1)[0] for d in skipped)),
+            "examples": [asdict(d) for d in skipped[:REPORTED]],
+        },
+    }
+    (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+    # A split this run does not write must not survive from an earlier run: the manifest
+    # goes first, so a crash in between leaves no finished-looking directory.
+    (out / MANIFEST).unlink(missing_ok=True)
+    for split in set(SPLITS) - set(splits):
+        for name in output_names(split):
+            (out / name).unlink(missing_ok=True)
+    staging.publish(
+        KIND, inputs, splits={s: {k: st[k] for k in ("pairs", "source_tokens")} for s, st in result["splits"].items()}
+    )
+    return result
+
+
+def stats_table(result: dict) -> str:
+    """Pairs, tokens and truncation per split, as a text table."""
+
+    def cut(t: dict) -> str:
+        return f"{t['count']:,} ({t['tokens_cut']:,}/{t['mean_cut']:,.0f}/{t['max_cut']:,})" if t["count"] else "0"
+
+    rows = [("split", "pairs", "source tokens", "target tokens", "longest source", "sources cut", "targets cut")]
+    for split, st in result["splits"].items():
+        rows.append(
+            (
+                split,
+                f"{st['pairs']:,}",
+                f"{st['source_tokens']:,}",
+                f"{st['target_tokens']:,}",
+                f"{st['longest_source']:,}",
+                cut(st["truncated_sources"]),
+                cut(st["truncated_targets"]),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    table = "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    )
+    return table + "\n(cut: pairs truncated (tokens cut: total/mean/max); tokens include <s> and </s>)"

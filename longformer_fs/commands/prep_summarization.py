@@ -1,0 +1,107 @@
+"""``longformer-fs prep summarization``: document/summary pairs as fairseq translation data."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from data_prep.fairseq_dataset import SPLITS
+from data_prep.summarization import LAYOUTS, SummarizationConfig, prepare_summarization, stats_table
+
+from .subword_options import add_subword_arguments, subword_spec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Tokenize document/summary pairs and write them in the layout fairseq-preprocess gives with "
+        "--source-lang source --target-lang target, for --task translation (LED fine-tuning): dict.source.txt and "
+        "dict.target.txt (the model's dictionary), {split}.source-target.{source,target}.{bin,idx} with sources as "
+        "'<s> tokens </s>' and summaries as 'tokens </s>', and {split}.references.jsonl ({id, reference} with one "
+        "reference sentence per line, for longformer-fs rouge). Sources over --max-source-tokens lose their end "
+        "(counted in the table and stats.json). Malformed lines and pairs with an empty side are reported and "
+        "skipped. Rerunning with the same inputs does nothing."
+    )
+    inputs = parser.add_argument_group(
+        "inputs",
+        "JSONL files, one pair per line. --format papers: the papers.jsonl of prep docs (body -> abstract). "
+        "--format arxiv: the arXiv/PubMed release of Cohan et al. 2018 (article_text -> abstract_text, <S> tags "
+        "stripped). --format jsonl: any JSONL, with --source-field and --target-field (a string, or a list of "
+        "sentences). Give the splits as files, or one --input that a hash of each document splits.",
+    )
+    inputs.add_argument("--format", dest="input_format", choices=list(LAYOUTS), required=True, help="input layout")
+    for split in SPLITS:
+        inputs.add_argument(f"--{split}", type=Path, metavar="FILE", help=f"the {split} pairs")
+    inputs.add_argument("--input", type=Path, metavar="FILE", help="one file of pairs to split by the fractions")
+    inputs.add_argument("--valid-fraction", type=float, default=0.01, help="with --input: share of pairs for valid")
+    inputs.add_argument("--test-fraction", type=float, default=0.01, help="with --input: share of pairs for test")
+    inputs.add_argument(
+        "--source-field", help="the document's field; unset: body (papers), article_text (arxiv); jsonl needs it"
+    )
+    inputs.add_argument(
+        "--target-field", help="the summary's field; unset: abstract (papers), abstract_text (arxiv); jsonl needs it"
+    )
+    inputs.add_argument(
+        "--id-field",
+        help="the id that references.jsonl gives each pair; unset: file (papers), article_id (arxiv), id (jsonl); "
+        "FILE:LINE where a line has none",
+    )
+    add_subword_arguments(parser, model="BART's, which LED keeps")
+    parser.add_argument(
+        "--max-source-tokens",
+        type=int,
+        default=16384,
+        help="longest source, <s> and </s> included (LED's positions)",
+    )
+    parser.add_argument(
+        "--max-target-tokens", type=int, default=1024, help="longest summary, </s> included (the decoder's positions)"
+    )
+    parser.add_argument(
+        "--no-truncate",
+        action="store_true",
+        help="stop with an error naming the first pair over a limit, instead of cutting it",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="processes for tokenizing (default: all cores)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = SummarizationConfig(
+        args.input_format,
+        subword_spec(args),
+        files={split: getattr(args, split) for split in SPLITS if getattr(args, split) is not None},
+        input=args.input,
+        valid_fraction=args.valid_fraction,
+        test_fraction=args.test_fraction,
+        source_field=args.source_field,
+        target_field=args.target_field,
+        id_field=args.id_field,
+        max_source_tokens=args.max_source_tokens,
+        max_target_tokens=args.max_target_tokens,
+        truncate=not args.no_truncate,
+        workers=args.workers,
+    )
+    start = time.perf_counter()
+    result = prepare_summarization(cfg, args.out, args.force)
+    seconds = time.perf_counter() - start
+    print(stats_table(result))
+    limits = result["limits"]
+    print(
+        f"limits: sources {limits['max_source_tokens']:,} tokens (<s> and </s> included), "
+        f"summaries {limits['max_target_tokens']:,} (</s> included)"
+    )
+    for key, title in (("empty_side", "pairs with an empty side"), ("skipped", "lines skipped")):
+        report = result[key]
+        if not report["count"]:
+            print(f"{title}: 0")
+            continue
+        reasons = ", ".join(f"{n} {reason}" for reason, n in report.get("by_reason", {}).items())
+        print(f"{title}: {report['count']:,}" + (f" ({reasons})" if reasons else ""))
+        for example in report["examples"][:10]:
+            print(f"  {example['origin']}: {example['reason']}")
+    print(f"{args.out}: done in {seconds:.1f} s (stats in {args.out / 'stats.json'})")
+    return 0
