@@ -1,0 +1,582 @@
+"""Extractive question answering as fairseq datasets (``longformer-fs prep qa``).
+
+Two input formats (``--format``):
+
+- ``triviaqa``: TriviaQA's JSON, Wikipedia setting: ``{"Data": [{"QuestionId", "Question",
+  "Answer": {"Aliases": [...], "Value", ...}, "EntityPages": [{"Filename"}, ...]}, ...]}``
+  with each page's text in ``EVIDENCE/wikipedia/<Filename>``. One example per (question,
+  entity page), id ``"<QuestionId>--<Filename>"``. TriviaQA's official Wikipedia
+  evaluation scores questions, not pages: a question's prediction is the best-scoring one
+  among the examples whose id starts with ``"<QuestionId>--"``. There is no gold span:
+  every occurrence of every alias in the page is one (distant supervision), matched on
+  the normalised text (:func:`normalized_words`) and recorded in original characters.
+  The answers written are the aliases as given, plus ``Value`` when it is not one of them.
+- ``squad``: ``{"data": [{"paragraphs": [{"context", "qas": [{"id", "question",
+  "answers": [{"text", "answer_start"}], "is_impossible"?}]}]}]}``; the gold spans are
+  the given ones (``is_impossible`` questions have none).
+
+Each example becomes one or more model inputs (windows) ``<s> question </s> document
+part </s>``: the document is truncated so the window fits ``max_tokens`` (the paper's
+4096), or, with ``doc_stride``, cut into windows that each fit, window k starting
+``min(doc_stride, room)`` document tokens after window k-1 (so they overlap and leave no
+gap). A question that leaves no room for any document token is an error.
+
+Output layout, items in the same order in every file of a split (fairseq mmap datasets;
+starts, ends and offsets stored as int32)::
+
+    dict.txt                      the model's dictionary
+    {split}.tokens.{bin,idx}      per window: its token ids
+    {split}.starts.{bin,idx}      per window: int32 positions (in the window) of every gold start
+    {split}.ends.{bin,idx}        per window: the matching end positions (inclusive), same length;
+                                  both empty when no answer lies wholly inside the window
+    {split}.offsets.{bin,idx}     per window: 2 * len(window) int32, the context characters
+                                  [start, end) of each token; -1 -1 for <s>, question and </s>
+    {split}.windows.jsonl         per window: {"id", "window": k, "question_tokens"}
+    {split}.examples.jsonl        per example: {"id", "question", "answers", "context"}
+    stats.json, prep.json
+
+An example with no gold span wholly inside any of its windows (the answer is not in the
+text, only in its truncated part, or, with a stride, too long for the windows' overlap)
+is counted and skipped in ``train`` (nothing to learn from) but kept in ``valid``/``test``,
+where evaluation must count it as wrong. SQuAD 2.0's unanswerable questions are such
+examples: the windows carry no "no answer" target.
+
+The answer normalisation (:func:`normalize_answer`) lives here rather than in
+``longformer_fs.evaluation.qa_metrics`` because the distant supervision must match
+exactly what the metric calls equal, and ``data_prep`` does not import the plugin; the
+metric imports it from here.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import regex
+from tqdm import tqdm
+
+from .fairseq_dataset import BOS, EOS, SPLITS, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
+from .subword import SubwordEncoder, SubwordSpec
+
+KIND = "qa"
+FORMATS = ("triviaqa", "squad")
+ITEM_FILES = ("tokens", "starts", "ends", "offsets")
+BATCH_EXAMPLES = 16  # examples per tokenizer call (the Rust tokenizer parallelises within a call)
+
+# ---------------------------------------------------------------- answer normalisation
+
+ARTICLES = frozenset({"a", "an", "the"})
+# TriviaQA's evaluation: punctuation (ASCII, Unicode P* and the acute accent) separates words
+# like white space. Underscores are ASCII punctuation, so "Los_Angeles" is "los angeles".
+_WORD = regex.compile(r"[^\s\p{P}" + "".join("\\" + c for c in string.punctuation) + "\u00b4]+")
+
+
+def normalized_words(text: str) -> list[tuple[str, int, int]]:
+    """The words of ``text`` as the QA metrics compare them, with where each came from.
+
+    Words are maximal runs of characters that are neither white space nor punctuation,
+    lower-cased; the articles a/an/the are dropped.
+
+    Returns:
+        ``(word, start, end)`` per word, ``text[start:end]`` being its original characters.
+    """
+    words = []
+    for match in _WORD.finditer(text):
+        word = match.group().lower()
+        if word not in ARTICLES:
+            words.append((word, match.start(), match.end()))
+    return words
+
+
+def normalize_answer(text: str) -> str:
+    """TriviaQA's answer normalisation: lower case, punctuation and underscores to spaces,
+    articles removed, white space collapsed (``"The Beatles!"`` -> ``"beatles"``)."""
+    return " ".join(word for word, _, _ in normalized_words(text))
+
+
+def find_answer_spans(context: str, aliases: Iterable[str]) -> list[tuple[int, int]]:
+    """Every occurrence of every alias in ``context``, compared after normalisation.
+
+    An alias matches a run of whole normalised words, so ``"art"`` never matches inside
+    ``"party"`` and ``"The Beatles"`` matches ``"beatles'"``.
+
+    Returns:
+        Sorted, distinct character spans ``[start, end)`` of ``context``, from the first
+        matched word's first character to the last one's last.
+    """
+    words = normalized_words(context)
+    text = [word for word, _, _ in words]
+    where: dict[str, list[int]] = defaultdict(list)
+    for i, word in enumerate(text):
+        where[word].append(i)
+    spans = set()
+    for alias in aliases:
+        target = [word for word, _, _ in normalized_words(alias)]
+        if not target:
+            continue
+        n = len(target)
+        for i in where.get(target[0], ()):
+            if text[i : i + n] == target:
+                spans.add((words[i][1], words[i + n - 1][2]))
+    return sorted(spans)
+
+
+# ---------------------------------------------------------------- examples
+
+
+@dataclass(frozen=True)
+class QaExample:
+    """One question about one context.
+
+    Attributes:
+        id: unique within its split.
+        answers: the gold answers as given (TriviaQA: its aliases).
+        spans: gold character spans ``[start, end)`` in ``context``, sorted and distinct.
+    """
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    context: str
+    spans: tuple[tuple[int, int], ...]
+
+
+def _load_json(path: Path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise PrepError(f"{path}: not found") from None
+    except UnicodeDecodeError:
+        raise PrepError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise PrepError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+
+
+def _field(obj, key: str, kind: type | tuple[type, ...], where: str):
+    """``obj[key]``, checked to be a dict entry of type ``kind``; a PrepError naming ``where`` if not."""
+    if not isinstance(obj, dict):
+        raise PrepError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if key not in obj:
+        raise PrepError(f"{where}: no {key!r} key")
+    value = obj[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        expected = " or ".join(k.__name__ for k in kinds)
+        raise PrepError(f"{where}: {key!r} is {type(value).__name__}, expected {expected}")
+    return value
+
+
+def _strings(obj, key: str, where: str) -> list[str]:
+    values = _field(obj, key, list, where)
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            raise PrepError(f"{where}: {key}[{i}] is {type(value).__name__}, expected str")
+    return values
+
+
+def _unique_ids(ids: Iterable[tuple[str, str]], path: Path) -> None:
+    seen = set()
+    for example_id, where in ids:
+        if example_id in seen:
+            raise PrepError(f"{where}: example id {example_id!r} occurs twice in {path}")
+        seen.add(example_id)
+
+
+def read_triviaqa(path: Path, evidence: Path) -> tuple[int, Iterator[QaExample]]:
+    """TriviaQA (Wikipedia setting): the number of examples, and the examples.
+
+    The whole file's structure and every evidence file's existence are checked before
+    the first example is yielded; page texts are read as the examples are.
+    """
+    path, pages_dir = Path(path), Path(evidence) / "wikipedia"
+    data = _field(_load_json(path), "Data", list, str(path))
+    checked = []  # (example id, where, question, answers, page file)
+    for i, entry in enumerate(data):
+        where = f"{path}: Data[{i}]"
+        qid = _field(entry, "QuestionId", str, where)
+        where = f"{where} (QuestionId {qid})"
+        question = _field(entry, "Question", str, where)
+        answer = _field(entry, "Answer", dict, where)
+        answers = _strings(answer, "Aliases", f"{where}: Answer")
+        value = answer.get("Value")
+        if isinstance(value, str) and value not in answers:
+            answers = answers + [value]
+        for k, page in enumerate(_field(entry, "EntityPages", list, where)):
+            filename = _field(page, "Filename", str, f"{where}: EntityPages[{k}]")
+            file = pages_dir / filename
+            if not file.is_file():
+                raise PrepError(f"{where}: EntityPages[{k}]: evidence file {file} not found")
+            checked.append((f"{qid}--{filename}", where, question, tuple(answers), file))
+    _unique_ids(((c[0], c[1]) for c in checked), path)
+
+    def examples() -> Iterator[QaExample]:
+        for example_id, where, question, answers, file in checked:
+            try:
+                context = file.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise PrepError(f"{where}: evidence file {file} is not UTF-8 text") from None
+            spans = tuple(find_answer_spans(context, answers))
+            yield QaExample(example_id, question, answers, context, spans)
+
+    return len(checked), examples()
+
+
+def read_squad(path: Path) -> tuple[int, Iterator[QaExample]]:
+    """SQuAD-style JSON: the number of examples, and the examples (with the given spans)."""
+    path = Path(path)
+    examples = []
+    for a, article in enumerate(_field(_load_json(path), "data", list, str(path))):
+        for p, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{a}]")):
+            where_p = f"{path}: data[{a}].paragraphs[{p}]"
+            context = _field(paragraph, "context", str, where_p)
+            for q, qa in enumerate(_field(paragraph, "qas", list, where_p)):
+                where = f"{where_p}.qas[{q}]"
+                example_id = _field(qa, "id", (str, int), where)
+                where = f"{where} (id {example_id!r})"
+                question = _field(qa, "question", str, where)
+                impossible = qa.get("is_impossible", False)
+                answers, spans = [], set()
+                for k, answer in enumerate([] if impossible else _field(qa, "answers", list, where)):
+                    text = _field(answer, "text", str, f"{where}: answers[{k}]")
+                    start = _field(answer, "answer_start", int, f"{where}: answers[{k}]")
+                    if start < 0 or context[start : start + len(text)] != text:
+                        raise PrepError(
+                            f"{where}: answers[{k}]: answer_start {start} does not point at its text {text!r}"
+                        )
+                    if text not in answers:
+                        answers.append(text)
+                    spans.add((start, start + len(text)))
+                examples.append(
+                    (QaExample(str(example_id), question, tuple(answers), context, tuple(sorted(spans))), where)
+                )
+    _unique_ids(((e.id, where) for e, where in examples), path)
+    return len(examples), (e for e, _ in examples)
+
+
+# ---------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class Window:
+    """One model input ``<s> question </s> document part </s>`` of ``n`` tokens.
+
+    Attributes:
+        tokens: (n,) int64 model ids.
+        starts: (k,) int32 positions in the window of the gold starts.
+        ends: (k,) int32 positions of the matching (inclusive) gold ends.
+        offsets: (n, 2) int32 context characters ``[start, end)`` of each token; -1 -1
+            for ``<s>``, the question and ``</s>``.
+    """
+
+    tokens: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    offsets: np.ndarray
+
+
+def char_spans_to_tokens(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Token spans ``(first, last)`` (inclusive) covering character spans.
+
+    Args:
+        offsets: (n, 2) characters ``[start, end)`` of each document token, non-decreasing.
+        spans: character spans ``[start, end)``.
+
+    Returns:
+        (k, 2) int64, sorted and distinct: ``first`` is the first token ending after the
+        span's start, ``last`` the last token starting before its end. A span that
+        covers no token (white space only) is dropped.
+    """
+    if len(spans) == 0 or len(offsets) == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    first = np.searchsorted(offsets[:, 1], spans[:, 0], side="right")
+    last = np.searchsorted(offsets[:, 0], spans[:, 1], side="left") - 1
+    pairs = np.stack([first, last], axis=1)[first <= last]
+    return np.unique(pairs, axis=0)
+
+
+def document_room(question_tokens: int, max_tokens: int) -> int:
+    """Document tokens a window holds next to a question: ``max_tokens`` minus the
+    question and ``<s>``, ``</s>``, ``</s>``."""
+    return max_tokens - question_tokens - 3
+
+
+def make_windows(
+    question_ids: np.ndarray,
+    doc_ids: np.ndarray,
+    doc_offsets: np.ndarray,
+    answer_tokens: np.ndarray,
+    max_tokens: int,
+    doc_stride: int | None = None,
+) -> list[Window]:
+    """The windows of one example.
+
+    Args:
+        question_ids: (q,) model ids of the question.
+        doc_ids: (d,) model ids of the context.
+        doc_offsets: (d, 2) their context characters.
+        answer_tokens: (k, 2) gold token spans (first, last) in ``doc_ids``.
+        max_tokens: the most tokens a window may have.
+        doc_stride: None: one window, the document truncated to fit; N: windows starting
+            ``min(N, room)`` document tokens apart until the document's end is covered.
+
+    Raises:
+        ValueError: the question leaves no room for a document token.
+    """
+    room = document_room(len(question_ids), max_tokens)
+    if room < 1:
+        raise ValueError(f"the question has {len(question_ids)} tokens: no room for the document in {max_tokens}")
+    n = len(doc_ids)
+    bounds = []
+    start = 0
+    step = min(doc_stride, room) if doc_stride else None
+    while True:
+        end = min(start + room, n)
+        bounds.append((start, end))
+        if step is None or end >= n:
+            break
+        start += step
+    prefix = np.concatenate([[BOS], np.asarray(question_ids, dtype=np.int64), [EOS]])
+    shift = len(prefix)
+    answer_tokens = np.asarray(answer_tokens, dtype=np.int64).reshape(-1, 2)
+    windows = []
+    for start, end in bounds:
+        tokens = np.concatenate([prefix, doc_ids[start:end], [EOS]]).astype(np.int64)
+        offsets = np.full((len(tokens), 2), -1, dtype=np.int32)
+        offsets[shift : shift + end - start] = doc_offsets[start:end]
+        inside = answer_tokens[(answer_tokens[:, 0] >= start) & (answer_tokens[:, 1] < end)]
+        windows.append(
+            Window(
+                tokens,
+                (inside[:, 0] - start + shift).astype(np.int32),
+                (inside[:, 1] - start + shift).astype(np.int32),
+                offsets,
+            )
+        )
+    return windows
+
+
+# ---------------------------------------------------------------- the preparation
+
+
+@dataclass(frozen=True)
+class QaPrepConfig:
+    """What ``prep qa`` reads and how it cuts.
+
+    Attributes:
+        files: split name (``train``/``valid``/``test``) -> input JSON.
+        evidence: TriviaQA's evidence directory (holding ``wikipedia/``).
+        max_tokens: the most tokens in a window, ``<s>`` and both ``</s>`` included.
+        doc_stride: None: truncate each document; N: overlapping windows N tokens apart.
+    """
+
+    subword: SubwordSpec
+    format: str
+    files: dict
+    evidence: Path | None = None
+    max_tokens: int = 4096
+    doc_stride: int | None = None
+
+
+@dataclass
+class QaSplitStats:
+    """Counts of one split. ``occurrences`` sums gold character spans over the examples read."""
+
+    examples: int = 0
+    windows: int = 0
+    answer_found: int = 0
+    answer_not_in_text: int = 0
+    answer_in_no_window: int = 0  # in the text, but wholly inside no window (truncated away, or cut by edges)
+    skipped: int = 0  # train examples without a found answer
+    occurrences: int = 0
+    truncated_documents: int = 0
+    longest_question: int = 0
+
+
+def _stamp(path: Path) -> list:
+    st = Path(path).stat()
+    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+
+
+def input_manifest(cfg: QaPrepConfig) -> dict:
+    """What the output depends on. Evidence pages are named by their directory only:
+    TriviaQA's evidence is a fixed release, and stamping 70k files would bloat the manifest."""
+    return {
+        "format": cfg.format,
+        "files": {split: _stamp(path) for split, path in cfg.files.items()},
+        "evidence": str(Path(cfg.evidence).resolve()) if cfg.evidence else None,
+        "max_tokens": cfg.max_tokens,
+        "doc_stride": cfg.doc_stride,
+        "subword": {"kind": cfg.subword.kind, "files": [_stamp(p) for p in cfg.subword.input_files()]},
+    }
+
+
+def _check_config(cfg: QaPrepConfig) -> None:
+    if cfg.format not in FORMATS:
+        raise PrepError(f"--format: {cfg.format!r} is not one of {', '.join(FORMATS)}")
+    if not cfg.files:
+        raise PrepError("give at least one of --train, --valid, --test")
+    unknown = set(cfg.files) - set(SPLITS)
+    if unknown:
+        raise PrepError(f"splits: {', '.join(sorted(unknown))} is not one of {', '.join(SPLITS)}")
+    for split, path in cfg.files.items():
+        if not Path(path).is_file():
+            raise PrepError(f"--{split}: {path} not found")
+    if cfg.format == "triviaqa":
+        if cfg.evidence is None:
+            raise PrepError("--evidence: required with --format triviaqa (the directory holding wikipedia/)")
+        if not (Path(cfg.evidence) / "wikipedia").is_dir():
+            raise PrepError(f"--evidence: {cfg.evidence} has no wikipedia/ directory")
+    if cfg.max_tokens < 4:
+        raise PrepError(f"--max-tokens: must be at least 4, got {cfg.max_tokens}")
+    if cfg.doc_stride is not None and cfg.doc_stride < 1:
+        raise PrepError(f"--doc-stride: must be at least 1, got {cfg.doc_stride}")
+
+
+def read_examples(cfg: QaPrepConfig, path: Path) -> tuple[int, Iterator[QaExample]]:
+    if cfg.format == "triviaqa":
+        return read_triviaqa(path, cfg.evidence)
+    return read_squad(path)
+
+
+def _batched(items: Iterable, size: int) -> Iterator[list]:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write_split(split: str, path: Path, cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path) -> QaSplitStats:
+    total, examples = read_examples(cfg, path)
+    stats = QaSplitStats()
+    writers = {name: MmapWriter(directory / f"{split}.{name}", signed=True) for name in ("starts", "ends", "offsets")}
+    writers["tokens"] = MmapWriter(directory / f"{split}.tokens", encoder.dictionary_size)
+    with (
+        open(directory / f"{split}.windows.jsonl", "w", encoding="utf-8") as windows_file,
+        open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as examples_file,
+        tqdm(total=total, desc=f"{split}: tokenize+window", unit=" examples") as bar,
+    ):
+        for batch in _batched(examples, BATCH_EXAMPLES):
+            encoded = encoder.encode_with_offsets([text for ex in batch for text in (ex.question, ex.context)])
+            for ex, (question_ids, _), (doc_ids, doc_offsets) in zip(batch, encoded[0::2], encoded[1::2], strict=True):
+                room = document_room(len(question_ids), cfg.max_tokens)
+                if room < 1:
+                    raise PrepError(
+                        f"{path}: example {ex.id!r}: the question has {len(question_ids)} tokens; with <s> and two "
+                        f"</s> it leaves no room for the document in --max-tokens {cfg.max_tokens}"
+                    )
+                answer_tokens = char_spans_to_tokens(doc_offsets, ex.spans)
+                windows = make_windows(
+                    question_ids, doc_ids, doc_offsets, answer_tokens, cfg.max_tokens, cfg.doc_stride
+                )
+                stats.examples += 1
+                stats.occurrences += len(ex.spans)
+                stats.longest_question = max(stats.longest_question, len(question_ids))
+                stats.truncated_documents += cfg.doc_stride is None and len(doc_ids) > room
+                found = any(len(w.starts) for w in windows)
+                if found:
+                    stats.answer_found += 1
+                elif ex.spans:
+                    stats.answer_in_no_window += 1
+                else:
+                    stats.answer_not_in_text += 1
+                bar.update()
+                if split == "train" and not found:
+                    stats.skipped += 1
+                    continue
+                for k, window in enumerate(windows):
+                    writers["tokens"].add(window.tokens)
+                    writers["starts"].add(window.starts)
+                    writers["ends"].add(window.ends)
+                    writers["offsets"].add(window.offsets.reshape(-1))
+                    windows_file.write(
+                        json.dumps({"id": ex.id, "window": k, "question_tokens": len(question_ids)}) + "\n"
+                    )
+                stats.windows += len(windows)
+                examples_file.write(
+                    json.dumps(
+                        {"id": ex.id, "question": ex.question, "answers": list(ex.answers), "context": ex.context},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
+    for writer in writers.values():
+        writer.finalize()
+    return stats
+
+
+def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> dict:
+    """Build the dataset in ``out``; returns the stats (also in ``out/stats.json``)."""
+    _check_config(cfg)
+    out = Path(out)
+    encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
+    inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
+    outputs = {"dict.txt", "stats.json"} | {
+        f"{s}.{name}" for s in SPLITS for name in [f"{f}.{e}" for f in ITEM_FILES for e in ("bin", "idx")]
+    }
+    outputs |= {f"{s}.{name}.jsonl" for s in SPLITS for name in ("windows", "examples")}
+    guard_out_dir(out, outputs, force)
+    if not force and finished_manifest(out, KIND, inputs) is not None:
+        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
+        return json.loads((out / "stats.json").read_text())
+
+    staging = Staging(out)
+    splits = {}
+    for split in SPLITS:
+        if split in cfg.files:
+            splits[split] = asdict(_write_split(split, Path(cfg.files[split]), cfg, encoder, staging.dir))
+    encoder.write_dictionary(staging.dir / "dict.txt")
+    result = {"format": cfg.format, "max_tokens": cfg.max_tokens, "doc_stride": cfg.doc_stride, "splits": splits}
+    (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+    # Files of a split an earlier run wrote and this one does not: gone, or they would pass for this run's.
+    stale = {name for name in outputs if (out / name).exists()} - {p.name for p in staging.dir.iterdir()}
+    staging.publish(KIND, inputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()})
+    for name in stale:
+        (out / name).unlink()
+    return result
+
+
+def stats_table(result: dict) -> str:
+    """One row per split: examples, windows, where the answers were found."""
+    rows = [
+        (
+            "split",
+            "examples",
+            "windows",
+            "found",
+            "not in text",
+            "in no window",
+            "skipped",
+            "occurrences/example",
+            "truncated docs",
+        )
+    ]
+    for split, st in result["splits"].items():
+        rows.append(
+            (
+                split,
+                f"{st['examples']:,}",
+                f"{st['windows']:,}",
+                f"{st['answer_found']:,}",
+                f"{st['answer_not_in_text']:,}",
+                f"{st['answer_in_no_window']:,}",
+                f"{st['skipped']:,}",
+                f"{st['occurrences'] / st['examples'] if st['examples'] else 0:.2f}",
+                f"{st['truncated_documents']:,}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    )

@@ -1,0 +1,316 @@
+"""WikiHop multiple-choice QA as fairseq datasets (``longformer-fs prep wikihop``).
+
+Input: WikiHop's JSON, a list of ``{"id", "query", "answer", "candidates": [...],
+"supports": [...]}``. The query ``"country_of_citizenship thomas of brotherton"`` is a
+relation and an entity; the question written is the relation with its underscores as
+spaces, then the entity (``"country of citizenship thomas of brotherton"``).
+
+The model input of an example is::
+
+    <s> [q] question [/q] [ent] c1 [/ent] [ent] c2 [/ent] ... </s> support1 </s> support2 </s> ...
+
+where ``[q] [/q] [ent] [/ent]`` (:data:`WIKIHOP_SYMBOLS`) are four symbols the model's
+dictionary does not have: ``dict.txt`` is the model's with those missing appended, in that
+order, with count 1 (symbols already there keep their ids). The model's embeddings must be
+extended to match (``convert-roberta --add-tokens``). Note that a symbol a task adds after
+loading ``dict.txt`` (fairseq's ``<mask>``) now comes after the four.
+
+Output layout, one item per example in every file of a split::
+
+    dict.txt                       the model's dictionary + WIKIHOP_SYMBOLS
+    {split}.prefix.{bin,idx}       <s> [q] question [/q] [ent] c1 [/ent] ... (all before the first </s>)
+    {split}.context.{bin,idx}      </s> support1 </s> support2 </s> ... </s> (the rest)
+    {split}.label.{bin,idx}        [index of the answer among the candidates]
+    {split}.examples.jsonl         {"id", "candidates", "answer"}
+    stats.json, prep.json
+
+Question, candidates and supports are tokenized each on its own, as written. A context
+longer than the model can take is run in chunks that each repeat the prefix (the task's
+business); the stats count the examples longer than ``max_tokens`` and how many chunks of
+``max_tokens - len(prefix)`` context tokens each needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from .fairseq_dataset import (
+    BOS,
+    EOS,
+    NUM_SPECIALS,
+    SPLITS,
+    MmapWriter,
+    PrepError,
+    Staging,
+    finished_manifest,
+    guard_out_dir,
+)
+from .subword import SubwordSpec
+
+KIND = "wikihop"
+WIKIHOP_SYMBOLS = ("[q]", "[/q]", "[ent]", "[/ent]")
+BATCH_EXAMPLES = 16  # examples per tokenizer call
+
+
+@dataclass(frozen=True)
+class WikihopExample:
+    """One entry, checked.
+
+    Attributes:
+        question: the query as text (relation with spaces, then the entity).
+        label: the answer's index in ``candidates``.
+    """
+
+    id: str
+    question: str
+    candidates: tuple[str, ...]
+    answer: str
+    supports: tuple[str, ...]
+    label: int
+
+
+def question_text(query: str) -> str:
+    """``"country_of_citizenship thomas of brotherton"`` -> ``"country of citizenship thomas of brotherton"``."""
+    relation, _, entity = query.strip().partition(" ")
+    return f"{relation.replace('_', ' ')} {entity.strip()}".strip()
+
+
+def read_wikihop(path: Path) -> list[WikihopExample]:
+    """Every entry of a WikiHop JSON file, checked; a PrepError naming the bad entry if not."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise PrepError(f"{path}: not found") from None
+    except UnicodeDecodeError:
+        raise PrepError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise PrepError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(data, list):
+        raise PrepError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
+    examples, seen = [], set()
+    for i, entry in enumerate(data):
+        where = f"{path}: entry {i}"
+        if not isinstance(entry, dict):
+            raise PrepError(f"{where}: expected a JSON object, got {type(entry).__name__}")
+        missing = [key for key in ("id", "query", "answer", "candidates", "supports") if key not in entry]
+        if missing:
+            raise PrepError(f"{where}: no {', '.join(repr(k) for k in missing)} key")
+        where = f"{where} (id {entry['id']!r})"
+        for key in ("id", "query", "answer"):
+            if not isinstance(entry[key], str):
+                raise PrepError(f"{where}: {key!r} is {type(entry[key]).__name__}, expected a string")
+        for key in ("candidates", "supports"):
+            values = entry[key]
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise PrepError(f"{where}: {key!r} must be a list of strings")
+        if not entry["candidates"]:
+            raise PrepError(f"{where}: no candidates")
+        if entry["answer"] not in entry["candidates"]:
+            raise PrepError(
+                f"{where}: answer {entry['answer']!r} is not among its {len(entry['candidates'])} candidates"
+            )
+        if entry["id"] in seen:
+            raise PrepError(f"{where}: id {entry['id']!r} occurs twice")
+        seen.add(entry["id"])
+        examples.append(
+            WikihopExample(
+                entry["id"],
+                question_text(entry["query"]),
+                tuple(entry["candidates"]),
+                entry["answer"],
+                tuple(entry["supports"]),
+                entry["candidates"].index(entry["answer"]),
+            )
+        )
+    return examples
+
+
+def _dictionary_symbols(path: Path) -> list[str]:
+    """The symbols of a fairseq ``dict.txt``, in order (``SYMBOL COUNT [#fairseq:overwrite]``)."""
+    symbols = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        symbol, _, field = line.rstrip().rpartition(" ")
+        if field == "#fairseq:overwrite":
+            symbol = symbol.rpartition(" ")[0]
+        symbols.append(symbol)
+    return symbols
+
+
+def extend_dictionary(path: Path) -> tuple[dict[str, int], int]:
+    """Append the :data:`WIKIHOP_SYMBOLS` missing from ``dict.txt`` at ``path``.
+
+    Returns:
+        Each symbol's model id, and the dictionary's size (fairseq's specials included).
+    """
+    symbols = _dictionary_symbols(path)
+    missing = [s for s in WIKIHOP_SYMBOLS if s not in symbols]
+    if missing:
+        text = Path(path).read_text(encoding="utf-8")
+        if text and not text.endswith("\n"):
+            text += "\n"
+        Path(path).write_text(text + "".join(f"{s} 1\n" for s in missing), encoding="utf-8")
+        symbols += missing
+    index = {symbol: NUM_SPECIALS + i for i, symbol in enumerate(symbols)}
+    return {s: index[s] for s in WIKIHOP_SYMBOLS}, NUM_SPECIALS + len(symbols)
+
+
+def build_prefix(question_ids: np.ndarray, candidate_ids: list[np.ndarray], ids: dict[str, int]) -> np.ndarray:
+    """``<s> [q] question [/q] [ent] c1 [/ent] [ent] c2 [/ent] ...`` as model ids (int64)."""
+    parts = [[BOS, ids["[q]"]], question_ids, [ids["[/q]"]]]
+    for candidate in candidate_ids:
+        parts += [[ids["[ent]"]], candidate, [ids["[/ent]"]]]
+    return np.concatenate(parts).astype(np.int64)
+
+
+def build_context(support_ids: list[np.ndarray]) -> np.ndarray:
+    """``</s> support1 </s> support2 </s> ... </s>`` as model ids (int64)."""
+    parts = [piece for support in support_ids for piece in ([EOS], support)] + [[EOS]]
+    return np.concatenate(parts).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class WikihopConfig:
+    """``files``: split -> WikiHop JSON; ``max_tokens``: the model's length, for the stats."""
+
+    subword: SubwordSpec
+    files: dict
+    max_tokens: int = 4096
+
+
+def _stamp(path: Path) -> list:
+    st = Path(path).stat()
+    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+
+
+def input_manifest(cfg: WikihopConfig) -> dict:
+    return {
+        "files": {split: _stamp(path) for split, path in cfg.files.items()},
+        "max_tokens": cfg.max_tokens,
+        "subword": {"kind": cfg.subword.kind, "files": [_stamp(p) for p in cfg.subword.input_files()]},
+    }
+
+
+def _check_config(cfg: WikihopConfig) -> None:
+    if not cfg.files:
+        raise PrepError("give at least one of --train, --valid, --test")
+    for split, path in cfg.files.items():
+        if split not in SPLITS:
+            raise PrepError(f"splits: {split!r} is not one of {', '.join(SPLITS)}")
+        if not Path(path).is_file():
+            raise PrepError(f"--{split}: {path} not found")
+    if cfg.max_tokens < 2:
+        raise PrepError(f"--max-tokens: must be at least 2, got {cfg.max_tokens}")
+
+
+def _batched(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=print) -> dict:
+    """Build the dataset in ``out``; returns the stats (also in ``out/stats.json``)."""
+    _check_config(cfg)
+    out = Path(out)
+    encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
+    inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
+    names = [f"{f}.{e}" for f in ("prefix", "context", "label") for e in ("bin", "idx")] + ["examples.jsonl"]
+    outputs = {"dict.txt", "stats.json"} | {f"{s}.{n}" for s in SPLITS for n in names}
+    guard_out_dir(out, outputs, force)
+    if not force and finished_manifest(out, KIND, inputs) is not None:
+        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
+        return json.loads((out / "stats.json").read_text())
+
+    data = {split: read_wikihop(cfg.files[split]) for split in SPLITS if split in cfg.files}
+    staging = Staging(out)
+    encoder.write_dictionary(staging.dir / "dict.txt")
+    symbol_ids, dictionary_size = extend_dictionary(staging.dir / "dict.txt")
+    stats = {}
+    with tqdm(total=sum(len(v) for v in data.values()), desc="tokenize+write", unit=" examples") as bar:
+        for split, examples in data.items():
+            writers = {
+                "prefix": MmapWriter(staging.dir / f"{split}.prefix", dictionary_size),
+                "context": MmapWriter(staging.dir / f"{split}.context", dictionary_size),
+                "label": MmapWriter(
+                    staging.dir / f"{split}.label", max((len(ex.candidates) for ex in examples), default=1)
+                ),
+            }
+            lengths, prefixes, chunks = [], [], Counter()
+            with open(staging.dir / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
+                for batch in _batched(examples, BATCH_EXAMPLES):
+                    texts = [t for ex in batch for t in (ex.question, *ex.candidates, *ex.supports)]
+                    encoded = iter(encoder.encode(texts))
+                    for ex in batch:
+                        question = next(encoded)
+                        candidates = [next(encoded) for _ in ex.candidates]
+                        supports = [next(encoded) for _ in ex.supports]
+                        prefix = build_prefix(question, candidates, symbol_ids)
+                        context = build_context(supports)
+                        room = cfg.max_tokens - len(prefix)
+                        if room < 1:
+                            raise PrepError(
+                                f"{cfg.files[split]}: example {ex.id!r}: question and candidates take {len(prefix)} "
+                                f"tokens, leaving no room for the context in --max-tokens {cfg.max_tokens}"
+                            )
+                        writers["prefix"].add(prefix)
+                        writers["context"].add(context)
+                        writers["label"].add(np.array([ex.label]))
+                        listing.write(
+                            json.dumps(
+                                {"id": ex.id, "candidates": list(ex.candidates), "answer": ex.answer},
+                                ensure_ascii=False,
+                            )
+                            + "\n"
+                        )
+                        lengths.append(len(prefix) + len(context))
+                        prefixes.append(len(prefix))
+                        chunks[-(-len(context) // room)] += 1
+                    bar.update(len(batch))
+            for writer in writers.values():
+                writer.finalize()
+            lengths_array = np.asarray(lengths or [0])
+            stats[split] = {
+                "examples": len(examples),
+                "mean_tokens": float(lengths_array.mean()),
+                "longest": int(lengths_array.max()),
+                "max_prefix_tokens": max(prefixes, default=0),
+                "over_max_tokens": int((lengths_array > cfg.max_tokens).sum()),
+                "chunks": {str(k): chunks[k] for k in sorted(chunks)},
+            }
+    result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
+    (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+    # Files of a split an earlier run wrote and this one does not: gone, or they would pass for this run's.
+    stale = {name for name in outputs if (out / name).exists()} - {p.name for p in staging.dir.iterdir()}
+    staging.publish(KIND, inputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()})
+    for name in stale:
+        (out / name).unlink()
+    return result
+
+
+def stats_table(result: dict) -> str:
+    """One row per split: examples, lengths, how many exceed the model and their chunk counts."""
+    rows = [("split", "examples", "mean tokens", "max", f"> {result['max_tokens']}", "chunks: examples")]
+    for split, st in result["splits"].items():
+        rows.append(
+            (
+                split,
+                f"{st['examples']:,}",
+                f"{st['mean_tokens']:,.0f}",
+                f"{st['longest']:,}",
+                f"{st['over_max_tokens']:,}",
+                " ".join(f"{k}:{n}" for k, n in st["chunks"].items()),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    )

@@ -1,0 +1,55 @@
+"""``longformer-fs prep qa``: TriviaQA or SQuAD-style JSON as windows with gold answer positions."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from data_prep.qa import FORMATS, QaPrepConfig, prepare_qa, stats_table
+
+from .subword_options import add_subword_arguments, subword_spec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Tokenize questions and contexts with character offsets and write, per split, one item per model "
+        "input window '<s> question </s> document </s>': {split}.tokens, the gold start/end token positions "
+        "({split}.starts, {split}.ends), each token's context characters ({split}.offsets), plus "
+        "{split}.windows.jsonl and {split}.examples.jsonl for evaluation. TriviaQA (Wikipedia setting): one "
+        "example per (question, entity page), gold spans are every occurrence of every answer alias in the "
+        "page, matched after normalisation. SQuAD: the given spans. Examples whose answer is in no window are "
+        "skipped in train and kept in valid/test. Rerunning with the same inputs does nothing."
+    )
+    parser.add_argument("--format", choices=FORMATS, required=True, help="the input JSON's format")
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file")
+    parser.add_argument(
+        "--evidence", type=Path, help="TriviaQA's evidence directory (holding wikipedia/<Filename>); triviaqa only"
+    )
+    add_subword_arguments(parser)
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=4096,
+        help="tokens per window, <s> and both </s> included; longer documents are truncated (the paper's setting)",
+    )
+    parser.add_argument(
+        "--doc-stride",
+        type=int,
+        metavar="N",
+        help="instead of truncating, cut documents into windows that each fit, starting N document tokens "
+        "apart (at most the room a window has, so windows never leave gaps)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+
+
+def main(args: argparse.Namespace) -> int:
+    files = {s: getattr(args, s) for s in ("train", "valid", "test") if getattr(args, s) is not None}
+    cfg = QaPrepConfig(subword_spec(args), args.format, files, args.evidence, args.max_tokens, args.doc_stride)
+    start = time.perf_counter()
+    result = prepare_qa(cfg, args.out, args.force)
+    print(stats_table(result))
+    print(f"{args.out}: done in {time.perf_counter() - start:.1f} s (stats in {args.out / 'stats.json'})")
+    return 0

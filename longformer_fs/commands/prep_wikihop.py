@@ -1,0 +1,41 @@
+"""``longformer-fs prep wikihop``: WikiHop as prefix (question + candidates) and context items."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from data_prep.wikihop import WIKIHOP_SYMBOLS, WikihopConfig, prepare_wikihop, stats_table
+
+from .subword_options import add_subword_arguments, subword_spec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Tokenize WikiHop's JSON into, per example, a prefix '<s> [q] question [/q] [ent] c1 [/ent] ...', a "
+        "context '</s> support1 </s> support2 </s> ...' and the answer's index among the candidates. "
+        f"dict.txt is the model's with {' '.join(WIKIHOP_SYMBOLS)} appended (extend the model's embeddings "
+        "with convert-roberta --add-tokens). Prints how many examples exceed --max-tokens and how many "
+        "prefix-repeating chunks they need. Rerunning with the same inputs does nothing."
+    )
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file (WikiHop's train.json, dev.json)")
+    add_subword_arguments(parser)
+    parser.add_argument(
+        "--max-tokens", type=int, default=4096, help="the model's length, for the stats (examples over it, chunks)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+
+
+def main(args: argparse.Namespace) -> int:
+    files = {s: getattr(args, s) for s in ("train", "valid", "test") if getattr(args, s) is not None}
+    cfg = WikihopConfig(subword_spec(args), files, args.max_tokens)
+    start = time.perf_counter()
+    result = prepare_wikihop(cfg, args.out, args.force)
+    print(stats_table(result))
+    ids = ", ".join(f"{symbol}={i}" for symbol, i in result["symbols"].items())
+    print(f"symbol ids: {ids}")
+    print(f"{args.out}: done in {time.perf_counter() - start:.1f} s (stats in {args.out / 'stats.json'})")
+    return 0
