@@ -30,6 +30,10 @@
 #   DATA=data-bin         directory holding text8/ and enwik8/ from `longformer-fs prep`
 #   SAVE=checkpoints/char_lm   checkpoints go to SAVE/<corpus>/<size>/phaseN
 #   HYDRA_ARGS=...        extra Hydra overrides, e.g. HYDRA_ARGS="dataset.batch_size=4"
+#   NPROC=1               processes per node for the training targets: NPROC>1 runs them under
+#                         torchrun through longformer_fs.launch (fairseq's DDP; gloo on CPU)
+#   TORCHRUN_ARGS=...     more torchrun options, e.g. for several nodes:
+#                         TORCHRUN_ARGS="--nnodes 4 --node-rank 0 --rdzv-endpoint host:29500"
 #   ROBERTA=dir           a fairseq RoBERTa (model.pt + dict.txt) for mlm-base / mlm-large
 #   MLM_SAVE=checkpoints/mlm   MLM runs go to MLM_SAVE/<size>_4096 (converted model in converted/)
 
@@ -63,6 +67,15 @@ VENV_FLAGS :=
 TORCH_REQ := $(TORCH)
 endif
 
+NPROC ?= 1
+TORCHRUN_ARGS ?=
+# fairseq-hydra-train, in NPROC processes when asked (see longformer_fs/launch.py).
+ifeq ($(NPROC),1)
+HYDRA_TRAIN = $(VENV)/bin/fairseq-hydra-train
+else
+HYDRA_TRAIN = $(VENV)/bin/torchrun --nproc_per_node $(NPROC) $(TORCHRUN_ARGS) -m longformer_fs.launch fairseq-hydra-train
+endif
+
 SIZE ?= small
 DATA ?= data-bin
 SAVE ?= checkpoints/char_lm
@@ -88,7 +101,7 @@ $(1)-phase$(2): $(STAMP)
 		&& [ ! -f $$$$here/phase$$$$prev/checkpoint_last.pt ]; then \
 		echo "error: phase $(2) starts from $$$$here/phase$$$$prev/checkpoint_last.pt, which does not exist;" \
 			"run 'make $(1)-phase$$$$prev SIZE=$(SIZE)' first"; exit 2; fi
-	$(VENV)/bin/fairseq-hydra-train --config-dir recipes/char_lm --config-name $(SIZE)_phase$(2) \
+	$(HYDRA_TRAIN) --config-dir recipes/char_lm --config-name $(SIZE)_phase$(2) \
 		task.data=$(abspath $(DATA)/$(1)) checkpoint.save_dir=$(abspath $(SAVE)/$(1)/$(SIZE)/phase$(2)) \
 		$(if $(3),checkpoint.finetune_from_model=$(abspath $(SAVE)/$(1)/$(SIZE)/phase$(3)/checkpoint_last.pt)) \
 		$(HYDRA_ARGS)
@@ -122,7 +135,7 @@ mlm-$(1): $(STAMP)
 		$(VENV)/bin/longformer-fs convert-roberta $(ROBERTA) --out $$$$conv || exit $$$$?; fi; \
 	cmp -s $(DATA)/dict.txt $$$$conv/dict.txt || { echo "error: $(DATA)/dict.txt differs from the model's" \
 		"$$$$conv/dict.txt; binarize the corpus with RoBERTa's dictionary"; exit 2; }
-	$(VENV)/bin/fairseq-hydra-train --config-dir recipes/mlm --config-name longformer_$(1)_4096 \
+	$(HYDRA_TRAIN) --config-dir recipes/mlm --config-name longformer_$(1)_4096 \
 		task.data=$(abspath $(DATA)) checkpoint.save_dir=$(abspath $(MLM_SAVE)/$(1)_4096) \
 		checkpoint.finetune_from_model=$(abspath $(MLM_SAVE)/$(1)_4096/converted/model.pt) $(HYDRA_ARGS)
 endef

@@ -1,8 +1,9 @@
-// Torch binding of the band kernels: argument checks, dtype/device dispatch, threading.
+// Torch binding of the band kernels: argument checks, dtype and device dispatch, threads.
 //
-// The kernels themselves (cpu/, cuda/) see raw pointers and int64 strides only. The
-// CUDA stream comes from Python as an integer handle, so this file needs no CUDA
-// headers and its CUDA branch compiles (and is checked) against a CPU-only torch.
+// The kernels (cpu/, cuda/) see raw pointers and int64 strides only, through one
+// signature (band_kernels.h): this file picks the table for the device and calls it the
+// same way on both. The CUDA stream comes from Python as an integer, so this file needs
+// no CUDA headers and its CUDA branch compiles (and is checked) against a CPU-only torch.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
@@ -85,58 +86,83 @@ bool check_position(const Tensor& q, const c10::optional<Tensor>& pos_query, con
       "table: expected shape (H, W, D) = (", q.size(1), ", ", width, ", ", q.size(3), "), got ", table->sizes());
   for (const auto& [name, x] : {std::pair{"pos_query", *pos_query}, {"table", *table}})
     TORCH_CHECK_VALUE(x.device() == q.device(), name, ": is on ", x.device(), " but q is on ", q.device());
-  TORCH_CHECK(!q.is_cuda(),
-              "band kernels: the relative-position term has no CUDA kernel yet; "
-              "use backend='chunks' on GPU");
   return true;
 }
 
-// Kernels need a unit stride on D; anything else is copied once.
-Tensor unit_last(const Tensor& x) { return x.stride(-1) == 1 ? x : x.contiguous(); }
-
-// The CUDA kernels take one stride set for q, k and v.
-void same_layout(Tensor& q, Tensor& k, Tensor& v) {
-  q = unit_last(q), k = unit_last(k), v = unit_last(v);
-  if (k.strides() != q.strides() || v.strides() != q.strides())
-    q = q.contiguous(), k = k.contiguous(), v = v.contiguous();
-}
-
-template <typename T>
-lfs::Strided4<T> s4(const Tensor& x) {
-  return {x.data_ptr<std::remove_const_t<T>>(), x.stride(0), x.stride(1), x.stride(2)};
-}
-
-template <typename T>
-lfs::Strided3<T> s3(const Tensor& x) {
-  return {x.data_ptr<std::remove_const_t<T>>(), x.stride(0), x.stride(1), x.stride(2)};
-}
-
-template <typename T>
-lfs::PositionTerm<T> position(const Tensor& pos_query, const Tensor& table) {
-  if (!pos_query.defined()) return {{nullptr, 0, 0, 0}, nullptr};
-  return {s4<const T>(pos_query), table.data_ptr<T>()};
-}
-
-at::ScalarType compute_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-
+const lfs::BandKernels& kernels_for(const Tensor& q) {
+  if (q.is_cuda()) {
 #ifdef LFS_WITH_CUDA
-lfs::DType cuda_dtype(at::ScalarType t) {
+    return lfs::kCudaBandKernels;
+#else
+    TORCH_CHECK(false, "band kernels: this build has no CUDA support; reinstall with a CUDA-enabled torch");
+#endif
+  }
+  TORCH_CHECK_VALUE(q.device().is_cpu(), "q: unsupported device ", q.device());
+  return lfs::kCpuBandKernels;
+}
+
+lfs::DType dtype_of(at::ScalarType t) {
   switch (t) {
-    case at::kFloat:
-      return lfs::DType::f32;
     case at::kDouble:
       return lfs::DType::f64;
     case at::kHalf:
       return lfs::DType::f16;
-    default:
+    case at::kBFloat16:
       return lfs::DType::bf16;
+    default:
+      return lfs::DType::f32;
   }
 }
 
-void check_cuda(int err, const char* what) {
-  TORCH_CHECK(err == 0, "band kernels: CUDA ", what, " failed with error ", err);
+at::ScalarType compute_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+// The kernels need a unit stride on D; anything else is copied once. Inputs in a dtype
+// the device's kernels do not read are widened to the compute type here.
+Tensor operand(const Tensor& x, const lfs::BandKernels& kernels) {
+  Tensor y = kernels.reads(dtype_of(x.scalar_type())) ? x : x.to(compute_type(x.scalar_type()));
+  return y.stride(-1) == 1 ? y : y.contiguous();
 }
-#endif
+
+lfs::Strides strides(const Tensor& x) { return {x.stride(0), x.stride(1), x.stride(2)}; }
+
+// q, k, v, and the position term, as the kernels read them.
+struct Operands {
+  Tensor q, k, v, pos_query, table;
+  lfs::BandInputs view() const {
+    lfs::BandInputs in{};
+    in.q = q.data_ptr(), in.k = k.data_ptr(), in.v = v.data_ptr();
+    in.q_s = strides(q), in.k_s = strides(k), in.v_s = strides(v);
+    if (pos_query.defined()) {
+      in.pos_query = pos_query.data_ptr(), in.pos_s = strides(pos_query);
+      in.table = table.data_ptr();
+    }
+    return in;
+  }
+};
+
+Operands operands(const Tensor& q, const Tensor& k, const Tensor& v, const c10::optional<Tensor>& pos_query,
+                  const c10::optional<Tensor>& table, bool relative, const lfs::BandKernels& kernels) {
+  Operands o{operand(q, kernels), operand(k, kernels), operand(v, kernels), Tensor(), Tensor()};
+  if (relative) {
+    // The position term is read in the dtype of q (the kernels take one input type).
+    o.pos_query = operand(pos_query->to(o.q.scalar_type()), kernels);
+    o.table = table->to(o.q.scalar_type()).contiguous();
+  }
+  return o;
+}
+
+// CPU kernels run on ATen's thread pool; each worker passes its thread index as its slot.
+void aten_parallel_for(int64_t n, void* ctx, void (*body)(void*, int64_t, int64_t, int64_t)) {
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) { body(ctx, begin, end, at::get_thread_num()); });
+}
+
+lfs::Launch launch_on(const Tensor& q, int64_t stream) {
+  return lfs::Launch{reinterpret_cast<void*>(stream), at::get_num_threads(), aten_parallel_for};
+}
+
+void check_status(int err, const lfs::BandKernels& kernels, const char* what) {
+  TORCH_CHECK(err == 0, "band kernels: ", kernels.device, " ", what, " failed with error ", err);
+}
 
 std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> key_ok, std::vector<int64_t> dilation,
                             int64_t window, bool causal, double scale, c10::optional<Tensor> pos_query,
@@ -144,39 +170,16 @@ std::vector<Tensor> forward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor> 
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
   const bool relative = check_position(q, pos_query, table, window, causal);
-  const auto ct = compute_type(q.scalar_type());
-  auto opts = q.options().dtype(ct);
+  const auto& kernels = kernels_for(q);
+  auto opts = q.options().dtype(compute_type(q.scalar_type()));
   Tensor out = torch::empty(q.sizes(), opts);
   Tensor lse = torch::empty({q.size(0), q.size(1), q.size(2)}, opts);
   if (q.numel() == 0) return {out, lse.fill_(-INFINITY)};
 
-  if (q.is_cuda()) {
-#ifdef LFS_WITH_CUDA
-    same_layout(q, k, v);
-    const int64_t in_strides[3] = {q.stride(0), q.stride(1), q.stride(2)};
-    const int64_t out_strides[3] = {out.stride(0), out.stride(1), out.stride(2)};
-    const int64_t lse_strides[3] = {lse.stride(0), lse.stride(1), lse.stride(2)};
-    check_cuda(lfs::band_forward_cuda(prep.problem, cuda_dtype(q.scalar_type()), q.data_ptr(), k.data_ptr(),
-                                      v.data_ptr(), in_strides, out.data_ptr(), out_strides, lse.data_ptr(),
-                                      lse_strides, reinterpret_cast<void*>(stream)),
+  const Operands x = operands(q, k, v, pos_query, table, relative, kernels);
+  const lfs::ForwardOutputs o{out.data_ptr(), strides(out), lse.data_ptr(), strides(lse)};
+  check_status(kernels.forward(prep.problem, dtype_of(x.q.scalar_type()), x.view(), o, launch_on(q, stream)), kernels,
                "forward");
-    return {out, lse};
-#else
-    TORCH_CHECK(false, "band kernels: this build has no CUDA support; reinstall with a CUDA-enabled torch");
-#endif
-  }
-  TORCH_CHECK_VALUE(q.device().is_cpu(), "q: unsupported device ", q.device());
-  // CPU computes in fp32/fp64: half inputs are widened once here.
-  q = unit_last(q.to(ct)), k = unit_last(k.to(ct)), v = unit_last(v.to(ct));
-  Tensor pq = relative ? unit_last(pos_query->to(ct)) : Tensor();
-  Tensor tab = relative ? table->to(ct).contiguous() : Tensor();
-  AT_DISPATCH_FLOATING_TYPES(ct, "band_forward_cpu", [&] {
-    const auto pos = position<scalar_t>(pq, tab);
-    at::parallel_for(0, prep.problem.num_items(), 1, [&](int64_t begin, int64_t end) {
-      lfs::band_forward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k), s4<const scalar_t>(v),
-                                      pos, s4<scalar_t>(out), s3<scalar_t>(lse), begin, end);
-    });
-  });
   return {out, lse};
 }
 
@@ -187,6 +190,7 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
   check_qkv(q, k, v);
   auto prep = prepare(q, key_ok, dilation, window, causal, scale);
   const bool relative = check_position(q, pos_query, table, window, causal);
+  const auto& kernels = kernels_for(q);
   const auto ct = compute_type(q.scalar_type());
   // delta = rowsum(dO * O) - dL turns the softmax backward into dS = P * (dP - delta).
   Tensor delta = (dout.to(ct) * out.to(ct)).sum(-1);
@@ -194,46 +198,24 @@ std::vector<Tensor> backward(Tensor q, Tensor k, Tensor v, c10::optional<Tensor>
   lse = lse.to(ct).contiguous(), delta = delta.contiguous();
   auto opts = q.options().dtype(ct);
   Tensor dq = torch::empty(q.sizes(), opts), dk = torch::empty(q.sizes(), opts), dv = torch::empty(q.sizes(), opts);
-  // Items of one head run on several threads and all add to its table rows: each thread
-  // gets its own dtable slice (no atomics), summed at the end.
   Tensor dpq = relative ? torch::empty(q.sizes(), opts) : Tensor();
+  const lfs::Launch run = launch_on(q, stream);
+  // The table gradient is summed over every query of a head: the kernels add into
+  // separate slots (CPU threads, CUDA query chunks) and the slots are summed here.
   Tensor dtab =
-      relative ? torch::zeros({at::get_num_threads(), table->size(0), table->size(1), table->size(2)}, opts) : Tensor();
+      relative ? torch::zeros({kernels.dtable_slots(prep.problem, run), table->size(0), table->size(1), table->size(2)},
+                              opts)
+               : Tensor();
   if (q.numel() == 0) return {dq, dk, dv, dpq, relative ? dtab.sum(0) : Tensor()};
 
-  if (q.is_cuda()) {
-#ifdef LFS_WITH_CUDA
-    same_layout(q, k, v);
-    dout = dout.to(q.scalar_type()).contiguous();
-    const int64_t in_strides[3] = {q.stride(0), q.stride(1), q.stride(2)};
-    const int64_t dout_strides[3] = {dout.stride(0), dout.stride(1), dout.stride(2)};
-    const int64_t stat_strides[3] = {lse.stride(0), lse.stride(1), lse.stride(2)};
-    const int64_t grad_strides[3] = {dq.stride(0), dq.stride(1), dq.stride(2)};
-    check_cuda(lfs::band_backward_cuda(prep.problem, cuda_dtype(q.scalar_type()), q.data_ptr(), k.data_ptr(),
-                                       v.data_ptr(), in_strides, dout.data_ptr(), dout_strides, lse.data_ptr(),
-                                       delta.data_ptr(), stat_strides, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                                       grad_strides, reinterpret_cast<void*>(stream)),
-               "backward");
-    return {dq, dk, dv, Tensor(), Tensor()};
-#else
-    TORCH_CHECK(false, "band kernels: this build has no CUDA support; reinstall with a CUDA-enabled torch");
-#endif
-  }
-  q = unit_last(q.to(ct)), k = unit_last(k.to(ct)), v = unit_last(v.to(ct)), dout = unit_last(dout.to(ct));
-  Tensor pq = relative ? unit_last(pos_query->to(ct)) : Tensor();
-  Tensor tab = relative ? table->to(ct).contiguous() : Tensor();
-  AT_DISPATCH_FLOATING_TYPES(ct, "band_backward_cpu", [&] {
-    const auto pos = position<scalar_t>(pq, tab);
-    at::parallel_for(0, prep.problem.num_items(), 1, [&](int64_t begin, int64_t end) {
-      lfs::PositionGrads<scalar_t> dpos{{nullptr, 0, 0, 0}, nullptr};
-      // Pointer arithmetic, not dtab[i]: no ATen calls inside the parallel region.
-      if (relative) dpos = {s4<scalar_t>(dpq), dtab.data_ptr<scalar_t>() + at::get_thread_num() * dtab.stride(0)};
-      lfs::band_backward_cpu<scalar_t>(prep.problem, s4<const scalar_t>(q), s4<const scalar_t>(k),
-                                       s4<const scalar_t>(v), pos, s4<const scalar_t>(dout), s3<const scalar_t>(lse),
-                                       s3<const scalar_t>(delta), s4<scalar_t>(dq), s4<scalar_t>(dk), s4<scalar_t>(dv),
-                                       dpos, begin, end);
-    });
-  });
+  const Operands x = operands(q, k, v, pos_query, table, relative, kernels);
+  const Tensor g = operand(dout.to(x.q.scalar_type()), kernels);
+  lfs::BackwardArgs a{};
+  a.dout = g.data_ptr(), a.dout_s = strides(g);
+  a.lse = lse.data_ptr(), a.delta = delta.data_ptr(), a.stat_s = strides(lse);
+  a.dq = dq.data_ptr(), a.dk = dk.data_ptr(), a.dv = dv.data_ptr(), a.grad_s = strides(dq);
+  if (relative) a.dpos_query = dpq.data_ptr(), a.dpos_s = strides(dpq), a.dtable = dtab.data_ptr();
+  check_status(kernels.backward(prep.problem, dtype_of(x.q.scalar_type()), x.view(), a, run), kernels, "backward");
   return {dq, dk, dv, dpq, relative ? dtab.sum(0) : Tensor()};
 }
 

@@ -124,21 +124,28 @@ class Staging:
 class MmapWriter:
     """One fairseq mmap dataset (``prefix.bin`` + ``prefix.idx``), written item by item.
 
+    Args:
+        prefix: the path without ``.bin``/``.idx``.
+        vocab_size: for token ids: fairseq picks the smallest unsigned type that holds them.
+        signed: store int32 instead (positions and offsets that may be -1; fairseq would
+            pick an unsigned type, where -1 wraps). fairseq reads both back as int64.
+
     Attributes:
         items: items added so far.
-        tokens: token ids added so far.
+        tokens: values added so far.
     """
 
-    def __init__(self, prefix: Path, vocab_size: int):
+    def __init__(self, prefix: Path, vocab_size: int | None = None, signed: bool = False):
         from fairseq.data import indexed_dataset
 
         self.prefix = str(prefix)
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-        self.builder = indexed_dataset.make_builder(self.prefix + ".bin", impl="mmap", vocab_size=vocab_size)
+        dtype = np.int32 if signed else indexed_dataset.best_fitting_int_dtype(vocab_size)
+        self.builder = indexed_dataset.MMapIndexedDatasetBuilder(self.prefix + ".bin", dtype=dtype)
         self.items = self.tokens = 0
 
     def add(self, ids) -> None:
-        """Append one item: a 1-D array or tensor of token ids."""
+        """Append one item: a 1-D array or tensor of integers."""
         import torch
 
         tensor = torch.from_numpy(np.asarray(ids, dtype=np.int64)) if not isinstance(ids, torch.Tensor) else ids

@@ -7,6 +7,7 @@ PyTorch and can be used without fairseq.
 
 import argparse
 import logging
+import warnings
 
 import torch
 
@@ -18,7 +19,7 @@ torch.serialization.add_safe_globals([argparse.Namespace])
 
 
 def _import_fairseq() -> bool:
-    """Import fairseq without its import-time ``logging.basicConfig`` side effect.
+    """Import fairseq without its import-time side effects on the user's process.
 
     fairseq/tasks/text_to_speech.py configures the root logger when imported, which
     would turn on DEBUG output of every library in the user's process. Under
@@ -28,7 +29,11 @@ def _import_fairseq() -> bool:
     level, handlers = root.level, list(root.handlers)
     logging.disable(logging.INFO)
     try:
-        import fairseq  # noqa: F401
+        with warnings.catch_warnings():
+            # fairseq imports fairscale (its FSDP) when installed, whose import-time
+            # torch.cuda.amp deprecation warnings say nothing about the user's code.
+            warnings.filterwarnings("ignore", category=FutureWarning, module="fairscale")
+            import fairseq  # noqa: F401
     except ImportError:
         return False
     finally:

@@ -12,7 +12,11 @@ import sys
 
 # name -> (module, one-line help). Nested names ("bench attention") become sub-subcommands.
 COMMANDS = {
-    "info": ("longformer_fs.commands.info", "print versions and the attention backends available here"),
+    "info": ("longformer_fs.commands.info", "print versions, the attention backends here and auto's choice"),
+    "check": (
+        "longformer_fs.commands.check",
+        "verify the compiled kernels on this device (GPU) against float64; auto trusts CUDA kernels only after it",
+    ),
     "demo": ("longformer_fs.commands.demo", "the 5-phase character-LM recipe at toy scale on a generated corpus"),
     "prep text8": ("longformer_fs.commands.prep_char", "text8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "prep enwik8": ("longformer_fs.commands.prep_char", "enwik8 as a byte-level fairseq dataset (90M/5M/5M)"),
@@ -20,7 +24,18 @@ COMMANDS = {
         "longformer_fs.commands.prep_docs",
         "long documents (txt, JSONL, Wikipedia XML, PDF papers) as a BPE masked-LM dataset",
     ),
+    "prep classification": (
+        "longformer_fs.commands.prep_classification",
+        "labelled documents (JSONL/TSV) for fairseq's sentence_prediction task",
+    ),
+    "prep qa": ("longformer_fs.commands.prep_qa", "TriviaQA / SQuAD JSON as QA windows with gold answer positions"),
+    "prep wikihop": ("longformer_fs.commands.prep_wikihop", "WikiHop as question+candidates prefix and context"),
+    "prep summarization": (
+        "longformer_fs.commands.prep_summarization",
+        "document/summary pairs (prep docs papers, arXiv/PubMed, JSONL) as fairseq translation data for LED",
+    ),
     "eval-bpc": ("longformer_fs.commands.eval_bpc", "test BPC of a character-LM checkpoint, paper protocol"),
+    "rouge": ("longformer_fs.commands.rouge", "ROUGE-1/2/Lsum F1 of summaries against references, as papers report"),
     "convert-roberta": (
         "longformer_fs.commands.convert_roberta",
         "a fairseq RoBERTa checkpoint as a longformer_roberta one (positions to 4096)",
@@ -34,6 +49,10 @@ COMMANDS = {
         "time and peak memory of every attention implementation against sequence length",
     ),
     "bench lm": ("longformer_fs.benchmarks.lm", "training throughput of longformer_lm_small vs transformer_lm"),
+    "bench scale": (
+        "longformer_fs.benchmarks.scale",
+        "training steps/s of longformer_lm_small with 1 and 2 fairseq-train processes (DDP)",
+    ),
     "bench prep-docs": (
         "longformer_fs.benchmarks.prep_docs",
         "end-to-end MB/s of prep docs on a generated corpus, per worker count",

@@ -26,7 +26,8 @@ def test_info_reports_versions_and_backends():
 
     assert report["versions"]["torch"] == torch.__version__
     assert report["attention_backends"]["chunks"]["available"] is True
-    assert report["auto_backend"] in ("kernel", "chunks")
+    assert report["auto"]["cpu/plain"]["backend"] in ("kernel", "chunks")
+    assert "auto chooses" in result.stdout and "apex:" in result.stdout
 
 
 def test_console_script_is_installed():
@@ -115,3 +116,13 @@ def test_bench_prep_docs_times_every_worker_count_on_the_same_corpus(tmp_path, c
     assert run["workers"] == 1 and run["tokens"] > 0
     assert run["mb_per_s"] == pytest.approx(data["text_bytes"] / 1e6 / run["seconds"], rel=1e-6)
     assert "MB/s/worker" in capsys.readouterr().out
+
+
+def test_bench_scale_runs_fairseq_in_several_processes(tmp_path, capsys):
+    code = main(["bench", "scale", "--processes", "2", "--seq-len", "64", "--updates", "2", "--warmup", "1",
+                 "--layers", "1", "--width", "16", "--out", str(tmp_path)])
+    assert code == 0
+    run = json.loads((tmp_path / "results.json").read_text())["runs"][0]
+    assert run["processes"] == 2 and run["steps_per_s"] > 0, run
+    assert run["sequences_per_s"] == pytest.approx(2 * run["steps_per_s"])
+    assert "sequences/s" in capsys.readouterr().out

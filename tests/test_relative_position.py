@@ -47,13 +47,9 @@ def test_position_term_matches_oracle(backend, seq_len, window, dilations, causa
         torch.testing.assert_close(a.grad, b.grad, atol=1e-10, rtol=1e-10, msg=name)
 
 
-def test_auto_routes_position_term_to_cpu_kernel_only():
-    from longformer_fs.attention.backends import get_backend
-
-    spec = BandSpec(2, (1,), True, 1.0, relative=True)
-    assert get_backend("auto", spec, torch.device("cpu")).name == "kernel"
-    assert get_backend("auto", spec, torch.device("cuda")).name == "chunks"  # no CUDA position term yet
+def test_position_term_needs_a_relative_spec():
     q = torch.randn(1, 1, 5, 2)
+    spec = BandSpec(2, (1,), True, 1.0, relative=True)
     with pytest.raises(ValueError, match="position"):
         band_attention_with_lse(q, q, q, None, spec)  # relative spec without a term
 

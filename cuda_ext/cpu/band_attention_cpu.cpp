@@ -22,6 +22,20 @@
 namespace lfs {
 namespace {
 
+// The position term and its gradients as the CPU kernels see them (compute type).
+template <typename T>
+struct PositionTerm {
+  Strided4<const T> query;  // (B, H, T, D); query.data == nullptr: no term
+  const T* table;           // (H, W, D) contiguous
+  bool enabled() const { return query.data != nullptr; }
+};
+
+template <typename T>
+struct PositionGrads {
+  Strided4<T> dquery;  // (B, H, T, D), written
+  T* dtable;           // (H, W, D) contiguous, ADDED to: every thread has its own
+};
+
 constexpr int64_t kAlign = 16;          // tile columns and padded head dim are multiples of this
 constexpr int64_t kRows = 6;            // micro-kernel rows
 constexpr int64_t kTileFloats = 65536;  // score-tile budget per block (256 KiB in fp32)
@@ -410,8 +424,6 @@ void block_scores(const ItemView& iv, const Block& blk, int64_t rows_pad, bool c
   add_band_to_tile(iv, blk, causal, band.data(), tile);
 }
 
-}  // namespace
-
 template <typename T>
 void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const T> k, Strided4<const T> v,
                       PositionTerm<T> pos, Strided4<T> out, Strided3<T> lse, int64_t item_begin, int64_t item_end) {
@@ -547,14 +559,81 @@ void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const
   }
 }
 
-#define LFS_INSTANTIATE(T)                                                                                        \
-  template void band_forward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>, Strided4<const T>,  \
-                                    PositionTerm<T>, Strided4<T>, Strided3<T>, int64_t, int64_t);                 \
-  template void band_backward_cpu<T>(const BandProblem&, Strided4<const T>, Strided4<const T>, Strided4<const T>, \
-                                     PositionTerm<T>, Strided4<const T>, Strided3<const T>, Strided3<const T>,    \
-                                     Strided4<T>, Strided4<T>, Strided4<T>, PositionGrads<T>, int64_t, int64_t);
-LFS_INSTANTIATE(float)
-LFS_INSTANTIATE(double)
-#undef LFS_INSTANTIATE
+template <typename T>
+Strided4<const T> in4(const void* data, const Strides& s) {
+  return {static_cast<const T*>(data), s.b, s.h, s.t};
+}
+
+template <typename T>
+Strided4<T> out4(void* data, const Strides& s) {
+  return {static_cast<T*>(data), s.b, s.h, s.t};
+}
+
+template <typename T>
+PositionTerm<T> position(const BandInputs& in) {
+  if (!in.relative()) return {{nullptr, 0, 0, 0}, nullptr};
+  return {in4<T>(in.pos_query, in.pos_s), static_cast<const T*>(in.table)};
+}
+
+struct ForwardCall {
+  const BandProblem* p;
+  const BandInputs* in;
+  const ForwardOutputs* out;
+};
+
+template <typename T>
+void forward_items(void* ctx, int64_t begin, int64_t end, int64_t /*slot*/) {
+  const auto& c = *static_cast<const ForwardCall*>(ctx);
+  const Strided3<T> lse{static_cast<T*>(c.out->lse), c.out->lse_s.b, c.out->lse_s.h, c.out->lse_s.t};
+  band_forward_cpu<T>(*c.p, in4<T>(c.in->q, c.in->q_s), in4<T>(c.in->k, c.in->k_s), in4<T>(c.in->v, c.in->v_s),
+                      position<T>(*c.in), out4<T>(c.out->out, c.out->out_s), lse, begin, end);
+}
+
+struct BackwardCall {
+  const BandProblem* p;
+  const BandInputs* in;
+  const BackwardArgs* a;
+};
+
+template <typename T>
+void backward_items(void* ctx, int64_t begin, int64_t end, int64_t slot) {
+  const auto& c = *static_cast<const BackwardCall*>(ctx);
+  const BackwardArgs& a = *c.a;
+  const auto stat = [&](const void* x) {
+    return Strided3<const T>{static_cast<const T*>(x), a.stat_s.b, a.stat_s.h, a.stat_s.t};
+  };
+  PositionGrads<T> dpos{{nullptr, 0, 0, 0}, nullptr};
+  if (c.in->relative()) {
+    const int64_t slice = c.p->heads * band_width(c.p->window, c.p->causal) * c.p->head_dim;
+    dpos = {out4<T>(a.dpos_query, a.dpos_s), static_cast<T*>(a.dtable) + slot * slice};
+  }
+  band_backward_cpu<T>(*c.p, in4<T>(c.in->q, c.in->q_s), in4<T>(c.in->k, c.in->k_s), in4<T>(c.in->v, c.in->v_s),
+                       position<T>(*c.in), in4<T>(a.dout, a.dout_s), stat(a.lse), stat(a.delta),
+                       out4<T>(a.dq, a.grad_s), out4<T>(a.dk, a.grad_s), out4<T>(a.dv, a.grad_s), dpos, begin, end);
+}
+
+bool cpu_reads(DType t) { return t == DType::f32 || t == DType::f64; }
+
+int64_t cpu_dtable_slots(const BandProblem&, const Launch& launch) { return launch.threads; }
+
+constexpr int kUnsupportedDType = 1;
+
+int cpu_forward(const BandProblem& p, DType t, const BandInputs& in, const ForwardOutputs& out, const Launch& launch) {
+  if (!cpu_reads(t)) return kUnsupportedDType;
+  ForwardCall call{&p, &in, &out};
+  launch.parallel_for(p.num_items(), &call, t == DType::f64 ? forward_items<double> : forward_items<float>);
+  return 0;
+}
+
+int cpu_backward(const BandProblem& p, DType t, const BandInputs& in, const BackwardArgs& args, const Launch& launch) {
+  if (!cpu_reads(t)) return kUnsupportedDType;
+  BackwardCall call{&p, &in, &args};
+  launch.parallel_for(p.num_items(), &call, t == DType::f64 ? backward_items<double> : backward_items<float>);
+  return 0;
+}
+
+}  // namespace
+
+const BandKernels kCpuBandKernels{"cpu", cpu_reads, cpu_dtable_slots, cpu_forward, cpu_backward};
 
 }  // namespace lfs

@@ -1,14 +1,24 @@
-// Torch-free entry points of the band-attention kernels (CPU and CUDA).
+// Torch-free entry points of the band-attention kernels: one signature for CPU and CUDA.
 //
-// All tensors are (B, H, T, D) (or (B, H, T) for row statistics) with a unit stride
-// on the last dimension and arbitrary int64 strides elsewhere, so transposed views of
-// (B, T, H, D) inputs need no copy. Work is split into items, one per
-// (batch, head, residue class); see band_index.h.
+// All tensors are (B, H, T, D) (or (B, H, T) for row statistics) with a unit stride on
+// the last dimension and arbitrary int64 strides elsewhere, so transposed views of
+// (B, T, H, D) inputs need no copy. Work is split into items, one per (batch, head,
+// residue class); see band_index.h.
+//
+// The binding picks a BandKernels table by device and calls it the same way on both:
+// inputs in their own dtype (widened first when the table does not read it), outputs in
+// the compute type (float, or double for double inputs).
 #pragma once
 
 #include <stdint.h>
 
 namespace lfs {
+
+enum class DType { f32, f64, f16, bf16 };
+
+struct Strides {  // element strides of the B, H and T dimensions
+  int64_t b, h, t;
+};
 
 template <typename T>
 struct Strided4 {  // (B, H, T, D), stride 1 on D
@@ -35,48 +45,66 @@ struct BandProblem {
   int64_t num_items() const { return batch * head_offset[heads]; }
 };
 
-// Optional Transformer-XL relative-position term: the score of query i and band column c
-// of head h gains scale * query[i] . table[h][c]. Column c is the same distance for every
-// query, so the term is a table of W = band_width(window, causal) rows, never T x T.
-template <typename T>
-struct PositionTerm {
-  Strided4<const T> query;  // (B, H, T, D); query.data == nullptr: no term
-  const T* table;           // (H, W, D) contiguous
-  bool enabled() const { return query.data != nullptr; }
-};
-
-template <typename T>
-struct PositionGrads {
-  Strided4<T> dquery;  // (B, H, T, D), written
-  T* dtable;           // (H, W, D) contiguous, ADDED to: give every thread its own and sum them
+// The inputs of a call, in the input dtype.
+//
+// The optional Transformer-XL relative-position term: the score of query i and band
+// column c of head h gains scale * pos_query[i] . table[h][c]. Column c is the same
+// distance for every query, so the term is a table of W = band_width(window, causal)
+// rows, never T x T. In an item's undilated coordinates the column of query m and key j
+// is j - m + window, whatever the item's clamped window.
+struct BandInputs {
+  const void *q, *k, *v;  // (B, H, T, D)
+  Strides q_s, k_s, v_s;
+  const void* pos_query;  // (B, H, T, D), or nullptr: no position term
+  Strides pos_s;
+  const void* table;  // (H, W, D) contiguous
+  bool relative() const { return pos_query != nullptr; }
 };
 
 // out = softmax(scale * q k^T restricted to the band (+ position term)) v, lse = its
-// log-normaliser. Rows without any key get out = 0 and lse = -inf. Items [item_begin, item_end).
-template <typename T>
-void band_forward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const T> k, Strided4<const T> v,
-                      PositionTerm<T> pos, Strided4<T> out, Strided3<T> lse, int64_t item_begin, int64_t item_end);
+// log-normaliser. Rows without any key get out = 0 and lse = -inf. Compute type.
+struct ForwardOutputs {
+  void* out;  // (B, H, T, D)
+  Strides out_s;
+  void* lse;  // (B, H, T)
+  Strides lse_s;
+};
 
-// Gradients given dout and delta = rowsum(dout * out) - dlse (so that dS = P * (dP - delta)).
-// dpos is used only when pos is enabled.
-template <typename T>
-void band_backward_cpu(const BandProblem& p, Strided4<const T> q, Strided4<const T> k, Strided4<const T> v,
-                       PositionTerm<T> pos, Strided4<const T> dout, Strided3<const T> lse, Strided3<const T> delta,
-                       Strided4<T> dq, Strided4<T> dk, Strided4<T> dv, PositionGrads<T> dpos, int64_t item_begin,
-                       int64_t item_end);
+// Gradients given dout and delta = rowsum(dout * out) - dlse, so that dS = P * (dP - delta).
+struct BackwardArgs {
+  const void* dout;  // (B, H, T, D), input dtype
+  Strides dout_s;
+  const void *lse, *delta;  // (B, H, T), compute type
+  Strides stat_s;
+  void *dq, *dk, *dv;  // (B, H, T, D), compute type, written
+  Strides grad_s;
+  void* dpos_query;  // (B, H, T, D), compute type, written when the position term is on
+  Strides dpos_s;
+  // (slots, H, W, D) compute type, zero on entry, ADDED to; the caller sums the slots.
+  // Slots let parallel workers accumulate without atomics (dtable_slots below).
+  void* dtable;
+};
 
+// How a call runs: the CUDA stream, or the caller's CPU thread pool.
+struct Launch {
+  void* stream;     // cudaStream_t, or nullptr on CPU
+  int64_t threads;  // CPU: slots parallel_for may use (slot indices are below it)
+  // CPU: runs body(ctx, begin, end, slot) over chunks of [0, n), in parallel.
+  void (*parallel_for)(int64_t n, void* ctx, void (*body)(void* ctx, int64_t begin, int64_t end, int64_t slot));
+};
+
+struct BandKernels {
+  const char* device;
+  bool (*reads)(DType);  // dtypes the kernels read directly; the caller widens others
+  int64_t (*dtable_slots)(const BandProblem&, const Launch&);
+  // Both return 0 on success, else an error code (a cudaError_t on CUDA).
+  int (*forward)(const BandProblem&, DType, const BandInputs&, const ForwardOutputs&, const Launch&);
+  int (*backward)(const BandProblem&, DType, const BandInputs&, const BackwardArgs&, const Launch&);
+};
+
+extern const BandKernels kCpuBandKernels;
 #ifdef LFS_WITH_CUDA
-// CUDA versions: In is float, double, __half or __nv_bfloat16 (passed as void*), math in
-// float (double for double). out/lse/grads are in the compute type. Returns a
-// cudaError_t as int (0 = success).
-enum class DType { f32, f64, f16, bf16 };
-int band_forward_cuda(const BandProblem& p, DType in, const void* q, const void* k, const void* v,
-                      const int64_t* in_strides /* sb, sh, st */, void* out, const int64_t* out_strides, void* lse,
-                      const int64_t* lse_strides, void* stream);
-int band_backward_cuda(const BandProblem& p, DType in, const void* q, const void* k, const void* v,
-                       const int64_t* in_strides, const void* dout, const int64_t* dout_strides, const void* lse,
-                       const void* delta, const int64_t* stat_strides, void* dq, void* dk, void* dv,
-                       const int64_t* grad_strides, void* stream);
+extern const BandKernels kCudaBandKernels;
 #endif
 
 }  // namespace lfs

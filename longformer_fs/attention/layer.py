@@ -20,6 +20,7 @@ from typing import Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .backends import get_backend
 from .dense import masked_attention
@@ -126,8 +127,8 @@ class LongformerSelfAttention(nn.Module):
         glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device, "global token")
         if glob is not None and pad is not None:
             glob = glob & ~pad
-        if glob is not None and not bool(glob.any()):
-            glob = None
+        if glob is not None and not torch.compiler.is_compiling() and not bool(glob.any()):
+            glob = None  # eager: skip the global path when no token is global (compile avoids the branch)
         dropout_p = self.dropout if self.training else 0.0
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
@@ -135,16 +136,32 @@ class LongformerSelfAttention(nn.Module):
         spec = BandSpec(self.window, self.dilations, self.causal, self.scale, dropout_p)
         out, lse = band_attention_with_lse(q, k, v, band_mask, spec, self.backend)
 
+        bias = self.out_proj.bias
         if glob is not None:
             out = self._add_global(x, q, k, v, out, lse, glob, pad, dropout_p)
+        elif self.training and torch.is_grad_enabled():
+            bias = bias + self._touch_global_projections(x)  # on the (C,) bias: free
         if pad is not None:
             out = out.masked_fill(pad[:, None, :, None], 0.0)
         out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, self.embed_dim).to(x.dtype)
-        return self.out_proj(out)
+        return F.linear(out, self.out_proj.weight, bias)
+
+    def global_projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
+        return self.q_proj_global, self.k_proj_global, self.v_proj_global
+
+    def _touch_global_projections(self, x: torch.Tensor) -> torch.Tensor:
+        """A zero that depends on every trainable global projection, for batches without
+        global tokens: DistributedDataParallel (without find_unused_parameters) expects
+        a gradient for every trainable parameter. The projections run on zero rows, so
+        this costs nothing; frozen projections are left out."""
+        touched = [proj(x[:0]).sum() for proj in self.global_projections() if proj.weight.requires_grad]
+        return sum(touched, x.new_zeros((), dtype=self.out_proj.bias.dtype))
 
     def _add_global(self, x, q, k, v, out, lse, glob, pad, dropout_p):
         """Merge the global-key columns into local rows, then overwrite global rows."""
         index, valid = global_token_index(glob)
+        if index.shape[1] == 0:  # traced without a global token in the batch
+            return out
         batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]
 
         # Local rows: the global keys, through the local projections. In causal mode a
@@ -167,6 +184,9 @@ class LongformerSelfAttention(nn.Module):
             allowed = allowed & (pos[None, None, None, :] <= index[:, None, :, None])
         rows, _ = masked_attention(q_rows, k_all, v_all, allowed, self.scale, dropout_p)
 
-        b_idx, t_idx = glob.nonzero(as_tuple=True)  # row-major, matching valid's order
-        values = rows.transpose(1, 2)[valid].to(out.dtype)  # (N_global, H, D)
-        return out.transpose(1, 2).index_put((b_idx, t_idx), values).transpose(1, 2)
+        # Place each global row at its position: position t of a row takes its slot
+        # (the rank of t among the row's global tokens). A gather and a where, not a
+        # scatter: no data-dependent shapes, and each gradient goes to one place.
+        slot = (glob.long().cumsum(1) - 1).clamp(min=0)  # (B, T)
+        placed = rows.to(out.dtype).gather(2, slot[:, None, :, None].expand(-1, rows.shape[1], -1, rows.shape[3]))
+        return torch.where(glob[:, None, :, None], placed, out)

@@ -26,18 +26,18 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from tqdm import tqdm
 
 from longformer_fs.attention import available_backends, banded_attention
+from longformer_fs.attention.backends.flex import band_block_mask, compiled_flex
 from longformer_fs.attention.band import band_mask
+from longformer_fs.attention.spec import BandSpec
 
 from .measure import median_time, peak_memory_bytes
 
 PEERS = {
     "sdpa": "dense full attention (torch SDPA, no band)",
     "sdpa-band": "torch SDPA with a dense (T, T) band mask",
-    "flex": "torch.compile'd FlexAttention with a band block mask",
 }
 DENSE = {"reference", "sdpa", "sdpa-band"}
 
@@ -134,38 +134,28 @@ def band_pairs(seq_len: int, window: int, dilation: int, causal: bool) -> int:
     return total
 
 
-_FLEX_CACHE: dict = {}
-
-
-def _flex_call(case: Case, q, k, v):
-    key = (case.seq_len, case.window, case.dilation, case.causal, q.device.type)
-    if key not in _FLEX_CACHE:
-        w, d, causal = case.window, case.dilation, case.causal
-
-        def band(b, h, qi, kv):
-            off = kv - qi
-            inside = (off % d == 0) & (off >= -w * d)
-            return inside & (off <= 0) if causal else inside & (off <= w * d)
-
-        # _compile=True evaluates the mask block by block; the default is dense in T^2.
-        mask = create_block_mask(band, None, None, case.seq_len, case.seq_len, device=q.device, _compile=True)
-        _FLEX_CACHE[key] = (mask, torch.compile(flex_attention))
-    mask, flex = _FLEX_CACHE[key]
-    return lambda: flex(q, k, v, block_mask=mask)
+def _compiled_cpu_flex(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
+    """On CPU the flex backend runs FlexAttention's dense eager path (compiled CPU
+    FlexAttention is inference-only and returns no log-sum-exp); what FlexAttention can
+    do on CPU is measured here instead: compiled, forward, with the backend's block mask."""
+    spec = BandSpec(case.window, (case.dilation,) * q.shape[1], case.causal, q.shape[-1] ** -0.5)
+    block_mask = band_block_mask(case.seq_len, spec, None, q.device)
+    flex = compiled_flex()
+    return lambda: flex(q, k, v, block_mask=block_mask, scale=spec.scale)
 
 
 def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
     """A zero-argument forward for ``impl``; q, k, v are (B, T, H, D)."""
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
+    if impl == "flex" and q.device.type == "cpu":
+        return _compiled_cpu_flex(case, qh, kh, vh)
     if impl in available_backends():
         return lambda: banded_attention(q, k, v, case.window, case.dilation, case.causal, backend=impl)
-    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
     if impl == "sdpa":
         return lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=case.causal)
     if impl == "sdpa-band":
         mask = band_mask(case.seq_len, case.window, case.dilation, case.causal, q.device)
         return lambda: F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-    if impl == "flex":
-        return _flex_call(case, qh, kh, vh)
     raise ValueError(f"--impls: unknown implementation {impl!r}")
 
 
@@ -213,7 +203,7 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
     )
     result.fwd_gflops = flops / (result.fwd_ms * 1e-3) / 1e9
     if forward_only:
-        result.notes.append("forward only: CPU flex has no backward")
+        result.notes.append("forward only: compiled CPU FlexAttention has no backward")
         with torch.no_grad():
             result.peak_mib = peak_memory_bytes(call, device) / 2**20
         return result

@@ -1,55 +1,20 @@
-"""``longformer-fs info``: versions, hardware, and which attention backends run here."""
+"""``longformer-fs info``: versions, hardware, the attention backends and auto's choice, apex."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import platform
 
-import torch
-
-from longformer_fs.attention.backends import AUTO_ORDER, BACKENDS, get_backend
+from longformer_fs.environment import collect
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Versions, hardware, the attention backends that run here, which one `auto` picks on each device "
+        "and why (the CUDA kernels only once `longformer-fs check --device cuda` has passed for this GPU and "
+        "build), and which of NVIDIA apex's fused kernels fairseq would use."
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def collect() -> dict:
-    backends = {
-        name: {"available": b.available, "summary": b.summary, "reason": b.unavailable_reason()}
-        for name, b in BACKENDS.items()
-    }
-    cuda = torch.cuda.is_available()
-    return {
-        "versions": {
-            "longformer-fs": _version("longformer-fs"),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "fairseq": _version("fairseq-fixed"),
-            "hydra-core": _version("hydra-core"),
-            "omegaconf": _version("omegaconf"),
-            "numpy": _version("numpy"),
-            "transformers": _version("transformers"),
-        },
-        "hardware": {
-            "cpu_threads": torch.get_num_threads(),
-            "openmp": torch.backends.openmp.is_available(),
-            "cuda": torch.version.cuda if cuda else None,
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        },
-        "attention_backends": backends,
-        "auto_backend": get_backend("auto").name,
-        "auto_order": list(AUTO_ORDER),
-    }
 
 
 def main(args: argparse.Namespace) -> int:
@@ -66,8 +31,26 @@ def main(args: argparse.Namespace) -> int:
     print(f"  {'cuda':<14} {hw['cuda'] or 'not available'}")
     for i, gpu in enumerate(hw["gpus"]):
         print(f"  {'gpu ' + str(i):<14} {gpu}")
-    print(f"attention backends (auto -> {report['auto_backend']})")
+    ext = report["extension"]
+    state = (
+        f"build {ext['build']}, CUDA kernels {'yes' if ext['cuda_kernels'] else 'no'}" if ext["built"] else "not built"
+    )
+    print(f"kernel extension: {state}")
+    print("attention backends")
     for name, b in report["attention_backends"].items():
         state = "available" if b["available"] else f"unavailable: {b['reason']}"
         print(f"  {name:<14} {b['summary']}; {state}")
+    print("auto chooses")
+    for call, choice in report["auto"].items():
+        print(f"  {call:<14} {choice['reason']}")
+    apex = report["apex"]
+    if apex["installed"]:
+        uses = [name for name, value in apex["fairseq_uses"].items() if value]
+        print(
+            f"apex: installed; fairseq uses {', '.join(uses) if uses else 'none of its kernels'}"
+            + (f" ({apex['note']})" if apex["note"] else "")
+        )
+    else:
+        extra = " (the 'apex' found is PyPI's unrelated package)" if apex["unrelated_apex"] else ""
+        print(f"apex: not installed{extra}; fairseq uses torch's LayerNorm and Adam (see the README to build apex)")
     return 0

@@ -154,10 +154,24 @@ class LongformerRobertaEncoder(RobertaEncoder):
     def build_encoder(self, args, dictionary, embed_tokens):
         encoder = LongformerTransformerEncoder(args, dictionary, embed_tokens)
         encoder.apply(init_bert_params)
-        # The paper starts the global projections as copies of the local ones.
+        # The paper starts the global projections as copies of the local ones. A model
+        # in which no token can be global (MLM pretraining) never uses them: they are
+        # frozen, as unused weights would be, so that DDP and the optimizer skip them.
+        trainable = global_attention_possible(args)
         for attention in encoder.attention_modules():
             copy_global_projections(attention)
+            for projection in attention.global_projections():
+                projection.requires_grad_(trainable)
+        if not trainable:
+            logger.info("global projections frozen: no token gets global attention (see --global-attention-tokens)")
         return encoder
+
+
+def global_attention_possible(args) -> bool:
+    """Whether any token can get global attention: named tokens, or masks from the task."""
+    return bool(safe_getattr(args, "global_attention_tokens", "")) or bool(
+        safe_getattr(args, "global_attention_from_data", False)
+    )
 
 
 @register_model("longformer_roberta")

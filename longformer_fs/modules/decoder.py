@@ -91,7 +91,8 @@ class LongformerDecoder(nn.Module):
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """tokens: ``(B, T)`` -> logits ``(B, T, V)`` and each block's output ``(T, B, C)``."""
         pad = tokens.eq(self.shape.padding_idx)
-        pad = pad if bool(pad.any()) else None
+        if not torch.compiler.is_compiling() and not bool(pad.any()):
+            pad = None  # eager: skip the mask when nothing is padded (a data-dependent branch compile avoids)
         x = F.dropout(self.embed(tokens).transpose(0, 1), self.dropout, self.training)
         states = []
         for block in self.blocks:

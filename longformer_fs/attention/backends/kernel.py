@@ -1,21 +1,30 @@
-"""The "kernel" backend: the compiled band kernels of ``cuda_ext/``.
+"""The "kernel" backend: the compiled band kernels of ``cuda_ext/``, as torch ops.
 
-Forward returns the output and its log-sum-exp, and backward accepts a gradient for
-both, so the layer can merge the band with its global-key columns exactly. The
-kernels take any strides with a unit stride on the head dimension, so the transposed
+The kernels are registered as two ``torch.library`` custom ops, ``longformer_fs::band_forward``
+and ``longformer_fs::band_backward``, each with a fake (meta) implementation, and the
+forward's gradient is registered through ``torch.library`` too. So ``torch.compile``
+traces through the attention without a graph break, and ``torch.library.opcheck``
+checks the registrations.
+
+Forward returns the output and its log-sum-exp, and backward takes a gradient for both,
+so the layer can merge the band with its global-key columns exactly. The kernels take
+any strides with a unit stride on the head dimension, so the transposed
 ``(B, T, H, D)`` views of the public API go in without copies.
 
-The relative-position term (:class:`~..spec.PositionTerm`) is fused into the CPU
-kernel: its scores are added tile by tile, so a long window never materialises a
-``(T, W)`` position tensor. Attention dropout, and the position term on CUDA, are not in
-the kernels yet; ``"auto"`` picks ``"chunks"`` for those calls (see
-:attr:`~longformer_fs.attention.backends.Backend.supports`).
+The relative-position term (:class:`~..spec.PositionTerm`) is fused into the kernels:
+its scores are added tile by tile, so a long window never materialises a ``(T, W)``
+position tensor. Attention dropout is not in the kernels; ``"auto"`` picks another
+backend for those calls (see :attr:`~longformer_fs.attention.backends.Backend.supports`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import importlib.util
+from functools import lru_cache
+from typing import Optional, Sequence
 
 import torch
 
@@ -24,10 +33,12 @@ from ..spec import BandSpec
 _MODULE = "longformer_fs._band_kernels"
 
 
+@lru_cache(maxsize=None)
 def _load():
     return importlib.import_module(_MODULE)
 
 
+@torch.compiler.assume_constant_result  # traced code takes the answer, not the import
 def unavailable_reason() -> str | None:
     """Why the kernel backend cannot run here (None when it can)."""
     try:
@@ -37,10 +48,25 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def has_cuda() -> bool:
+    """Whether the built extension includes the CUDA kernels."""
+    return unavailable_reason() is None and bool(_load().has_cuda())
+
+
+@lru_cache(maxsize=None)
+def build_id() -> str:
+    """A fingerprint of the compiled extension (its file's SHA-256, shortened): a rebuild
+    is a new build, whose CUDA kernels must be checked again."""
+    spec = importlib.util.find_spec(_MODULE)
+    if spec is None or spec.origin is None:
+        return "not-built"
+    with open(spec.origin, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
 def supports(spec: BandSpec, device: torch.device | None = None) -> bool:
-    """Whether the kernels compute this call (on ``device``, when known)."""
-    on_cuda = device is not None and torch.device(device).type == "cuda"
-    return spec.dropout_p == 0.0 and not (spec.relative and on_cuda)
+    """Whether the kernels compute this call (they have no attention dropout)."""
+    return spec.dropout_p == 0.0
 
 
 def _stream(device: torch.device) -> int:
@@ -53,41 +79,111 @@ def _on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def _like(grad: torch.Tensor | None, x: torch.Tensor | None) -> torch.Tensor | None:
-    return None if grad is None or x is None else grad.to(x.dtype)
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-class _BandKernel(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, key_ok, pos_query, table, dilations, window, causal, scale):
-        args = (list(dilations), window, causal, scale, pos_query, table)
-        with _on_device(q.device):
-            out, lse = _load().forward(q, k, v, key_ok, *args, _stream(q.device))
-        ctx.save_for_backward(q, k, v, key_ok, pos_query, table, out, lse)
-        ctx.args = args[:4]
-        return out, lse
+# ------------------------------------------------------------------------------ the ops
 
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        q, k, v, key_ok, pos_query, table, out, lse = ctx.saved_tensors
-        if dout is None:
-            dout = torch.zeros_like(out)
-        with _on_device(q.device):
-            dq, dk, dv, dpq, dtable = _load().backward(
-                q, k, v, key_ok, *ctx.args, pos_query, table, out, lse, dout, dlse, _stream(q.device)
-            )
-        return (
-            dq.to(q.dtype),
-            dk.to(k.dtype),
-            dv.to(v.dtype),
-            None,
-            _like(dpq, pos_query),
-            _like(dtable, table),
-            None,
-            None,
-            None,
-            None,
+
+@torch.library.custom_op("longformer_fs::band_forward", mutates_args=())
+def band_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_ok: Optional[torch.Tensor],
+    pos_query: Optional[torch.Tensor],
+    table: Optional[torch.Tensor],
+    dilations: Sequence[int],
+    window: int,
+    causal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Band attention: ``(out (B, H, T, D), lse (B, H, T))`` in fp32 (fp64 for fp64 inputs).
+
+    q, k, v: ``(B, H, T, D)``; key_ok: ``(B, T)`` bool, True for keys that may be
+    attended; pos_query ``(B, H, T, D)`` and table ``(H, W, D)``: the optional
+    relative-position term.
+    """
+    with _on_device(q.device):
+        out, lse = _load().forward(
+            q, k, v, key_ok, list(dilations), window, causal, scale, pos_query, table, _stream(q.device)
         )
+    return out, lse
+
+
+@band_forward.register_fake
+def _band_forward_fake(q, k, v, key_ok, pos_query, table, dilations, window, causal, scale):
+    dtype = _compute_dtype(q.dtype)
+    return q.new_empty(q.shape, dtype=dtype), q.new_empty(q.shape[:3], dtype=dtype)
+
+
+@torch.library.custom_op("longformer_fs::band_backward", mutates_args=())
+def band_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_ok: Optional[torch.Tensor],
+    pos_query: Optional[torch.Tensor],
+    table: Optional[torch.Tensor],
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    dlse: Optional[torch.Tensor],
+    dilations: Sequence[int],
+    window: int,
+    causal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, dpos_query, dtable)`` in the compute dtype; the last two are empty
+    (0 elements) without a position term."""
+    with _on_device(q.device):
+        dq, dk, dv, dpq, dtable = _load().backward(
+            q, k, v, key_ok, list(dilations), window, causal, scale, pos_query, table, out, lse, dout, dlse,
+            _stream(q.device),
+        )  # fmt: skip
+    if dpq is None:
+        dpq, dtable = dq.new_empty(0), dq.new_empty(0)
+    return dq, dk, dv, dpq, dtable
+
+
+@band_backward.register_fake
+def _band_backward_fake(q, k, v, key_ok, pos_query, table, out, lse, dout, dlse, dilations, window, causal, scale):
+    dtype = _compute_dtype(q.dtype)
+    grads = [q.new_empty(q.shape, dtype=dtype) for _ in range(3)]
+    if pos_query is None:
+        return (*grads, q.new_empty(0, dtype=dtype), q.new_empty(0, dtype=dtype))
+    return (*grads, q.new_empty(q.shape, dtype=dtype), q.new_empty(table.shape, dtype=dtype))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, key_ok, pos_query, table, dilations, window, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, key_ok, pos_query, table, *output)
+    ctx.args = (dilations, window, causal, scale)
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, key_ok, pos_query, table, out, lse = ctx.saved_tensors
+    dq, dk, dv, dpq, dtable = band_backward(q, k, v, key_ok, pos_query, table, out, lse, dout, dlse, *ctx.args)
+    relative = pos_query is not None
+    return (
+        dq.to(q.dtype),
+        dk.to(k.dtype),
+        dv.to(v.dtype),
+        None,
+        dpq.to(pos_query.dtype) if relative else None,
+        dtable.to(table.dtype) if relative else None,
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+band_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+# -------------------------------------------------------------------------- the backend
 
 
 def kernel_band_attention(
@@ -99,11 +195,8 @@ def kernel_band_attention(
     position=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
-    if not supports(spec, q.device):  # band_attention_with_lse ties position to spec.relative
-        raise ValueError(
-            "backend: 'kernel' has no attention dropout, nor a relative-position term on CUDA, "
-            "yet; use backend='auto' or 'chunks'"
-        )
+    if not supports(spec, q.device):
+        raise ValueError("backend: 'kernel' has no attention dropout yet; use backend='auto' or 'chunks'")
     key_ok = None if key_mask is None else ~key_mask
     pos_query, table = (None, None) if position is None else (position.query, position.table)
-    return _BandKernel.apply(q, k, v, key_ok, pos_query, table, spec.dilations, spec.window, spec.causal, spec.scale)
+    return band_forward(q, k, v, key_ok, pos_query, table, list(spec.dilations), spec.window, spec.causal, spec.scale)

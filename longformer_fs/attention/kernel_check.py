@@ -1,0 +1,265 @@
+"""Checking the compiled kernels on the user's device before ``auto`` trusts them.
+
+CI has no GPU, so the CUDA kernels can only be proven where they run. :func:`run_check`
+runs them against the dense reference in float64 on the CPU (an independent
+computation: :mod:`.backends.reference`): forward outputs and log-sum-exps, and the
+gradients of q, k, v, the position term and the log-sum-exp, in fp32, fp16 and bf16,
+with dilation, causal windows, padding and the relative-position term.
+
+The result is recorded per device name and per extension build (:func:`build_id`) in a
+JSON file under the cache directory (``$LONGFORMER_FS_CACHE``, else
+``~/.cache/longformer_fs``). ``auto`` uses the CUDA kernels only on a device and build
+with a passing record (:func:`trusted`); a rebuilt extension must be checked again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from .backends import kernel as kernel_backend
+from .backends.reference import reference_band_attention
+from .band import band_width
+from .spec import BandSpec, PositionTerm
+
+RECORDS = "kernel_checks.json"
+# Tolerances against float64 (docs/design.md §2): fp32 on a GPU, and half inputs with
+# fp32 accumulation.
+TOLERANCES = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float64: 1e-9}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration: shapes, window, per-head dilations, causal, padding, position term."""
+
+    seq_len: int
+    window: int
+    dilations: tuple[int, ...]
+    causal: bool
+    padded: bool
+    relative: bool
+    head_dim: int = 32
+    batch: int = 2
+
+    @property
+    def name(self) -> str:
+        parts = [f"T={self.seq_len}", f"w={self.window}", f"d={','.join(map(str, self.dilations))}"]
+        parts += [
+            flag for flag, on in (("causal", self.causal), ("padding", self.padded), ("relative", self.relative)) if on
+        ]
+        return " ".join(parts)
+
+
+# Several tiles per item (the CUDA kernels use 32-row tiles; the CPU kernel 48-row
+# blocks), clamped and unclamped windows, mixed dilations, padding that empties rows.
+CASES = (
+    Case(70, 5, (1, 1, 1, 1), False, False, False),
+    Case(150, 20, (1, 2, 3, 1), False, True, False),
+    Case(150, 20, (1, 2, 3, 1), True, True, False),
+    Case(97, 200, (1, 3), False, False, False),
+    Case(130, 9, (2, 1), True, False, True),
+    Case(160, 33, (1, 1, 2, 4), False, True, True),
+    Case(90, 60, (1, 3), True, False, True),  # the dilated head's window is clamped to its 30 positions
+)
+
+
+@dataclass
+class CaseResult:
+    case: str
+    dtype: str
+    errors: dict  # output name -> max abs error against float64
+    tolerance: float
+    passed: bool
+
+
+@dataclass
+class CheckReport:
+    device: str
+    build: str
+    torch: str
+    passed: bool
+    when: str
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [r for r in self.results if not r.passed]
+
+
+def device_name(device: torch.device) -> str:
+    """What a record is keyed by: the GPU's name, or the CPU's."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu {platform.machine()} {platform.processor() or ''}".strip()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LONGFORMER_FS_CACHE") or Path.home() / ".cache" / "longformer_fs")
+
+
+def build_id() -> str:
+    return kernel_backend.build_id()
+
+
+def _inputs(case: Case, dtype: torch.dtype, device: torch.device, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    heads = len(case.dilations)
+    shape = (case.batch, heads, case.seq_len, case.head_dim)
+    q, k, v = (torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(3))
+    key_mask = None
+    if case.padded:  # the last row: a long padded tail, so some query rows see no key at all
+        key_mask = torch.zeros(case.batch, case.seq_len, dtype=torch.bool)
+        key_mask[-1, case.seq_len // 2 :] = True
+    position = None
+    if case.relative:
+        width = band_width(case.window, case.causal)
+        position = PositionTerm(
+            torch.randn(shape, generator=gen, dtype=torch.float64),
+            torch.randn(heads, width, case.head_dim, generator=gen, dtype=torch.float64) * 0.3,
+        )
+    grads = (
+        torch.randn(shape, generator=gen, dtype=torch.float64),
+        torch.randn(shape[:3], generator=gen, dtype=torch.float64),
+    )
+    return q, k, v, key_mask, position, grads
+
+
+def _run(fn, q, k, v, key_mask, position, spec, grads):
+    """Outputs and gradients of one backend call, with the given output gradients."""
+    leaves = [q, k, v] + ([] if position is None else [position.query, position.table])
+    leaves = [x.detach().requires_grad_() for x in leaves]
+    pos = None if position is None else PositionTerm(leaves[3], leaves[4])
+    out, lse = fn(leaves[0], leaves[1], leaves[2], key_mask, spec, pos)
+    finite = torch.isfinite(lse)
+    g_out, g_lse = (g.to(out.device, out.dtype) for g in grads)
+    loss = (out * g_out).sum() + torch.where(finite, lse, torch.zeros_like(lse)).mul(g_lse).sum()
+    loss.backward()
+    names = ["dq", "dk", "dv"] + ([] if position is None else ["dpos_query", "dtable"])
+    values = {"out": out.detach(), "lse": torch.where(finite, lse, torch.zeros_like(lse)).detach()}
+    values.update({n: x.grad for n, x in zip(names, leaves, strict=True)})
+    return values
+
+
+def check_case(case: Case, dtype: torch.dtype, device: torch.device, seed: int = 0) -> CaseResult:
+    """The kernels on ``device`` in ``dtype`` against float64 on the CPU."""
+    q, k, v, key_mask, position, grads = _inputs(case, dtype, device, seed)
+    spec = BandSpec(case.window, case.dilations, case.causal, case.head_dim**-0.5, relative=case.relative)
+    # Round the inputs to the tested dtype first: the comparison is of the computation.
+    cast = lambda x: x.to(dtype).to(torch.float64)  # noqa: E731
+    q, k, v = cast(q), cast(k), cast(v)
+    if position is not None:
+        position = PositionTerm(cast(position.query), cast(position.table))
+    expected = _run(reference_band_attention, q, k, v, key_mask, position, spec, grads)
+
+    def on_device(x):
+        return x.to(device, dtype)
+
+    got = _run(
+        kernel_backend.kernel_band_attention,
+        on_device(q),
+        on_device(k),
+        on_device(v),
+        None if key_mask is None else key_mask.to(device),
+        None if position is None else PositionTerm(on_device(position.query), on_device(position.table)),
+        spec,
+        grads,
+    )
+    rows = torch.ones(q.shape[0], q.shape[2], dtype=torch.bool) if key_mask is None else ~key_mask
+    errors = {}
+    for name, want in expected.items():
+        have = got[name].detach().to("cpu", torch.float64)
+        if name in ("out", "lse", "dq", "dpos_query"):  # padded query rows are the caller's to zero
+            mask = rows[:, None, :, None] if want.dim() == 4 else rows[:, None, :]
+            want, have = want * mask, have * mask
+        errors[name] = float((have - want).abs().max()) if want.numel() else 0.0
+        if not torch.isfinite(have).all():
+            errors[name] = float("inf")
+    tolerance = TOLERANCES[dtype]
+    # Gradients sum over the window: scale the tolerance with the magnitude they reach.
+    scale = {name: max(1.0, float(want.abs().max())) for name, want in expected.items()}
+    passed = all(err <= tolerance * scale[name] for name, err in errors.items())
+    return CaseResult(case.name, str(dtype).replace("torch.", ""), errors, tolerance, passed)
+
+
+def run_check(
+    device: torch.device | str,
+    dtypes: Iterable[torch.dtype] = (torch.float32, torch.float16, torch.bfloat16),
+    cases: Iterable[Case] = CASES,
+    progress: Callable[[Iterable], Iterable] = lambda it: it,
+) -> CheckReport:
+    """Every case in every dtype; the report says what passed."""
+    device = torch.device(device)
+    jobs = [(case, dtype) for dtype in dtypes for case in cases]
+    results = [check_case(case, dtype, device, seed) for seed, (case, dtype) in enumerate(progress(jobs))]
+    return CheckReport(
+        device_name(device),
+        build_id(),
+        torch.__version__,
+        all(r.passed for r in results),
+        time.strftime("%Y-%m-%dT%H:%M:%S"),
+        results,
+    )
+
+
+def _records_path() -> Path:
+    return cache_dir() / RECORDS
+
+
+def load_records() -> dict:
+    try:
+        return json.loads(_records_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def record_key(device: str, build: str) -> str:
+    return f"{device} | build {build}"
+
+
+def save_report(report: CheckReport) -> Path:
+    """Record the report for its device and build; returns the records file."""
+    path = _records_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = load_records()
+    summary = {k: v for k, v in asdict(report).items() if k != "results"}
+    summary["cases"] = len(report.results)
+    summary["failures"] = [asdict(r) for r in report.failures]
+    records[record_key(report.device, report.build)] = summary
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(records, indent=2))
+    tmp.replace(path)
+    _trusted.cache_clear()
+    return path
+
+
+def trusted(device: torch.device) -> tuple[bool, str]:
+    """Whether the CUDA kernels passed the check on this GPU with this build, and why."""
+    if not kernel_backend.has_cuda():
+        return False, "this build of the extension has no CUDA kernels"
+    return _trusted(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@lru_cache(maxsize=None)
+def _trusted(device_index: int) -> tuple[bool, str]:
+    name = torch.cuda.get_device_name(device_index)
+    record = load_records().get(record_key(name, build_id()))
+    if record is None:
+        return False, (
+            f"the CUDA kernels are not verified on {name} for this build; run "
+            "`longformer-fs check --device cuda` to verify them"
+        )
+    if not record["passed"]:
+        return False, (
+            f"`longformer-fs check` failed on {name} for this build ({len(record['failures'])} of "
+            f"{record['cases']} cases, {record['when']})"
+        )
+    return True, f"`longformer-fs check` passed on {name} for this build ({record['when']})"

@@ -1,0 +1,76 @@
+"""``longformer-fs check``: the compiled kernels against float64 on this machine's device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from tqdm import tqdm
+
+from longformer_fs.attention.backends import choose_backend
+from longformer_fs.attention.kernel_check import CASES, run_check, save_report
+from longformer_fs.attention.spec import BandSpec
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def _dtypes(text: str) -> list[torch.dtype]:
+    names = [x for x in text.split(",") if x]
+    unknown = [x for x in names if x not in DTYPES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(DTYPES)}, got {text!r}")
+    return [DTYPES[x] for x in names]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the band kernels on DEVICE against a float64 computation on the CPU: forward outputs and "
+        "log-sum-exps, and the gradients of q, k, v, the position term and the log-sum-exp, for windows with "
+        "dilation, causal windows, padding and the relative-position term, in each dtype. The result is "
+        "recorded for this device and this build of the extension: `auto` uses the CUDA kernels only where "
+        "it passed (see `longformer-fs info`). Rebuilding the extension needs a new check."
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
+    parser.add_argument(
+        "--dtypes",
+        type=_dtypes,
+        default=[torch.float32, torch.float16, torch.bfloat16],
+        help="comma-separated input dtypes (float32, float16, bfloat16, float64)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"--device: expected cuda, cuda:N or cpu, got {args.device!r}")
+    report = run_check(device, args.dtypes, CASES, lambda jobs: tqdm(jobs, desc="check", unit="case"))
+    path = save_report(report)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "passed": report.passed,
+                    "device": report.device,
+                    "build": report.build,
+                    "results": [r.__dict__ for r in report.results],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"{report.device}, extension build {report.build}, torch {report.torch}")
+        print(f"{'case':<44} {'dtype':<9} {'worst output':<12} {'error':>9} {'tolerance':>9}  result")
+        for r in report.results:
+            worst = max(r.errors, key=lambda name: r.errors[name])
+            print(
+                f"{r.case:<44} {r.dtype:<9} {worst:<12} {r.errors[worst]:>9.2e} {r.tolerance:>9.0e}  "
+                f"{'pass' if r.passed else 'FAIL'}"
+            )
+        print(f"{len(report.results) - len(report.failures)}/{len(report.results)} passed; recorded in {path}")
+        _, reason = choose_backend(BandSpec(256, (1,), False, 0.125), device)
+        print(f"auto now: {reason}")
+    return 0 if report.passed else 1

@@ -1,0 +1,121 @@
+"""Our models with and without NVIDIA apex.
+
+apex is not on the package index, so its presence is simulated with a stub package in
+this test only (fused LayerNorm, FusedAdam, amp_C's multi-tensor L2 norm, behaving like
+torch's). fairseq imports apex's kernels when it can, and uses them on CUDA only; the
+models must build and train either way, and `longformer-fs info` must say what fairseq
+takes from it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STUB = {
+    "apex/__init__.py": "",
+    "apex/normalization/__init__.py": (
+        "import torch\n"
+        "class FusedLayerNorm(torch.nn.LayerNorm):\n"
+        "    pass\n"
+    ),
+    "apex/multi_tensor_apply/__init__.py": (
+        "class _Applier:\n"
+        "    available = True\n"
+        "    def __call__(self, op, buf, tensors, *args):\n"
+        "        return op(buf, tensors, *args)\n"
+        "multi_tensor_applier = _Applier()\n"
+    ),
+    "apex/optimizers/__init__.py": (
+        "import torch\n"
+        "class FusedAdam(torch.optim.Adam):\n"
+        "    pass\n"
+        "class FusedLAMB(torch.optim.Adam):\n"
+        "    pass\n"
+    ),
+    "amp_C.py": (
+        "import torch\n"
+        "def multi_tensor_l2norm(buf, tensors, per_tensor):\n"
+        "    norm = torch.stack([t.norm() for t in tensors[0]]).norm()\n"
+        "    return norm, None\n"
+    ),
+}
+
+TRAIN = """
+import torch, longformer_fs
+from argparse import Namespace
+from fairseq.data import Dictionary
+from fairseq.optim.adam import FairseqAdam
+from longformer_fs.models.longformer_roberta import LongformerRobertaModel
+from longformer_fs.models.longformer_lm import LongformerLanguageModel, LongformerLMConfig
+import fairseq.modules.layer_norm as ln
+print("fused_layer_norm_importable", ln.has_fused_layernorm)
+d = Dictionary()
+for i in range(20):
+    d.add_symbol(f"w{i}")
+d.add_symbol("<mask>")
+task = Namespace(source_dictionary=d, target_dictionary=d)
+args = Namespace(arch="longformer_roberta_base", encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32,
+                 encoder_attention_heads=2, attention_window="4", global_attention_tokens="<s>",
+                 max_positions=64, dropout=0.0)
+models = [LongformerRobertaModel.build_model(args, task)]
+cfg = LongformerLMConfig(decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2,
+                         attention_windows="4", attention_dilations="1", dilated_heads=0)
+models.append(LongformerLanguageModel.build_model(cfg, task))
+tokens = torch.randint(4, 24, (2, 20))
+tokens[:, 0] = d.bos()
+for model in models:
+    cfg = Namespace(lr=[1e-3], adam_betas="(0.9, 0.98)", adam_eps=1e-8, weight_decay=0.0, use_old_adam=False,
+                    fp16_adam_stats=False, tpu=False)
+    opt = FairseqAdam(cfg, [p for p in model.parameters() if p.requires_grad])
+    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(2):
+        opt.zero_grad()
+        model(tokens)[0].float().sum().backward()
+        opt.step()
+    moved = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    print(type(model).__name__, "trained", moved, type(opt.optimizer).__name__)
+"""
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("apex_stub")
+    for name, text in STUB.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def run(code_or_args, pythonpath=None):
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath) + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-c", code_or_args] if isinstance(code_or_args, str) else [sys.executable, *code_or_args]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.parametrize("with_apex", [False, True], ids=["without-apex", "with-apex-stub"])
+def test_models_build_and_train(stub, with_apex):
+    out = run(TRAIN, stub if with_apex else None)
+    assert f"fused_layer_norm_importable {with_apex}" in out
+    assert "LongformerRobertaModel trained True" in out and "LongformerLanguageModel trained True" in out
+    assert out.count("trained True Adam") == 2  # fairseq's own Adam on CPU; FusedAdam only on CUDA
+
+
+def test_info_reports_apex(stub):
+    without = json.loads(run(["-m", "longformer_fs.cli", "info", "--json"]))["apex"]
+    assert without["installed"] is False and without["fairseq_uses"] == {}
+    with_stub = json.loads(run(["-m", "longformer_fs.cli", "info", "--json"], stub))["apex"]
+    assert with_stub["installed"] is True
+    available = with_stub["available_kernels"]
+    assert available["fused_layer_norm"] and available["fused_adam"] == "FusedAdamV2"
+    assert available["multi_tensor_l2norm"]
+    assert "no GPU" in (with_stub["note"] or "") or with_stub["fairseq_uses"]["fused_layer_norm"]

@@ -1,0 +1,285 @@
+"""Several processes on fairseq's own distributed training, on CPU with gloo.
+
+Two processes under torchrun (through ``longformer_fs.launch``) must end with exactly
+the parameters of one process with ``--update-freq 2``: same batches per update, and
+the gradient all-reduce of two processes sums the same two gradients. A run with
+update_freq 1 is the control: it must differ.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data_prep.char_corpus import prepare
+from longformer_fs.launch import LaunchError, distributed_arguments
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ENV = dict(os.environ, OMP_NUM_THREADS="1")  # two processes share the two cores
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(args, save_dir, processes=1):
+    if processes == 1:
+        cmd = [BIN / "fairseq-train", *args]
+    else:
+        cmd = [
+            BIN / "torchrun",
+            "--nproc_per_node",
+            str(processes),
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "longformer_fs.launch",
+            "fairseq-train",
+            *args,
+        ]
+    cmd += [
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--disable-validation",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--log-format",
+        "simple",
+        "--seed",
+        "3",
+    ]
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return torch.load(Path(save_dir) / "checkpoint_last.pt", weights_only=False)["model"], result.stdout + result.stderr
+
+
+def max_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def char_data(tmp_path_factory):
+    import zipfile
+
+    tmp = tmp_path_factory.mktemp("char")
+    rng = np.random.default_rng(0)
+    words = [b"the", b"cat", b"sat", b"on", b"a", b"mat", b"and", b"dog", b"ran", b"far"]
+    text = b" ".join(words[i] for i in rng.integers(0, len(words), 6000))[:20000]
+    with zipfile.ZipFile(tmp / "text8.zip", "w") as archive:
+        archive.writestr("text8", text)
+    prepare("text8", tmp / "bin", tmp / "text8.zip", verify=False, split_sizes=(16000, 2000, 2000))
+    return tmp / "bin"
+
+
+LM = [
+    "--user-dir",
+    ROOT / "longformer_fs",
+    "--task",
+    "longformer_char_lm",
+    "--arch",
+    "longformer_lm_small",
+    "--decoder-layers",
+    "2",
+    "--decoder-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--decoder-attention-heads",
+    "4",
+    "--dilated-heads",
+    "2",
+    "--attention-windows",
+    "4:16",
+    "--attention-dilations",
+    "1,2",
+    "--tokens-per-sample",
+    "64",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "3e-3",
+    "--criterion",
+    "bpc_cross_entropy",
+    "--dropout",
+    "0.0",
+    "--max-update",
+    "6",
+    "--batch-size",
+    "4",
+    "--required-batch-size-multiple",
+    "1",
+    "--clip-norm",
+    "0.25",
+]
+
+
+def test_two_processes_equal_one_with_twice_the_batch_char_lm(char_data, tmp_path):
+    two, log = train([char_data, *LM], tmp_path / "two", processes=2)
+    assert "distributed init (rank 1): env://" in log and "ddp_backend': 'legacy_ddp'" in log
+    one, _ = train([char_data, *LM, "--update-freq", "2"], tmp_path / "one")
+    control, _ = train([char_data, *LM], tmp_path / "control")
+    assert max_difference(two, one) < 1e-6
+    assert max_difference(two, control) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def mlm_data(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mlm")
+    rng = np.random.default_rng(1)
+    for split, n in (("train", 6000), ("valid", 400)):
+        words = [f"w{rng.integers(20)}" for _ in range(n)]
+        (tmp / f"{split}.txt").write_text("\n".join(" ".join(words[i : i + 30]) for i in range(0, n, 30)) + "\n")
+    result = subprocess.run(
+        [
+            str(BIN / "fairseq-preprocess"),
+            "--only-source",
+            "--trainpref",
+            str(tmp / "train.txt"),
+            "--validpref",
+            str(tmp / "valid.txt"),
+            "--destdir",
+            str(tmp / "bin"),
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return tmp / "bin"
+
+
+MLM = [
+    "--user-dir",
+    ROOT / "longformer_fs",
+    "--task",
+    "masked_lm",
+    "--criterion",
+    "masked_lm",
+    "--arch",
+    "longformer_roberta_base",
+    "--encoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "4",
+    "--attention-window",
+    "8",
+    "--max-positions",
+    "64",
+    "--tokens-per-sample",
+    "64",
+    "--sample-break-mode",
+    "none",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--dropout",
+    "0",
+    "--attention-dropout",
+    "0",
+    "--max-update",
+    "4",
+    "--batch-size",
+    "4",
+    "--required-batch-size-multiple",
+    "1",
+    "--weight-decay",
+    "0.01",
+]
+
+
+@pytest.mark.parametrize("global_tokens", [None, "<s>"], ids=["no-global", "global-bos"])
+def test_two_processes_equal_one_with_twice_the_batch_roberta(mlm_data, tmp_path, global_tokens):
+    extra = [] if global_tokens is None else ["--global-attention-tokens", global_tokens]
+    two, log = train([mlm_data, *MLM, *extra], tmp_path / "two", processes=2)
+    one, _ = train([mlm_data, *MLM, *extra, "--update-freq", "2"], tmp_path / "one")
+    assert max_difference(two, one) < 1e-6
+    globals_ = [k for k in two if "_proj_global" in k]
+    locals_ = [k.replace("_proj_global", "_proj") for k in globals_]
+    assert len(globals_) == 12
+    moved = max(float((two[g] - two[loc]).abs().max()) for g, loc in zip(globals_, locals_, strict=True))
+    if global_tokens is None:  # unused and frozen: still the copies of the initial local projections
+        assert "global projections frozen" in log
+        initial_copy = [float((two[g] - two[loc]).abs().max()) for g, loc in zip(globals_, locals_, strict=True)]
+        assert moved > 0 and all(d > 0 for d in initial_copy)  # the local ones trained away from them
+    else:  # trained: they moved
+        assert "global projections frozen" not in log and moved > 0
+
+
+def ddp_steps(globals_: str, touch: str) -> subprocess.CompletedProcess:
+    cmd = [
+        BIN / "torchrun",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        ROOT / "tests" / "ddp_no_global_tokens.py",
+        globals_,
+        touch,
+    ]
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+
+
+@pytest.mark.parametrize("globals_", ["trainable", "frozen"])
+def test_pytorch_ddp_without_find_unused_parameters(globals_):
+    result = ddp_steps(globals_, "touch")
+    assert result.returncode == 0 and result.stdout.count("two steps done") == 2, result.stderr[-3000:]
+
+
+def test_pytorch_ddp_control_fails_without_the_touch():
+    """Without the zero-cost use of the global projections, DDP stops: the check can fail."""
+    result = ddp_steps("trainable", "no-touch")
+    assert result.returncode != 0 and "two steps done" not in result.stdout
+    assert any(m in result.stderr for m in ("finished reduction", "not used", "did not receive grad")), result.stderr[
+        -3000:
+    ]
+
+
+def test_launch_arguments():
+    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    args = distributed_arguments("fairseq-train", ["data", "--cpu"], env)
+    assert args == [
+        "--distributed-rank",
+        "3",
+        "--distributed-world-size",
+        "8",
+        "--distributed-init-method",
+        "env://",
+        "--distributed-no-spawn",
+        "--distributed-backend",
+        "gloo",
+        "--device-id",
+        "0",
+        "--ddp-backend",
+        "legacy_ddp",
+    ]
+    assert "--ddp-backend" not in distributed_arguments("fairseq-train", ["--cpu", "--ddp-backend", "x"], env)
+    hydra = distributed_arguments("fairseq-hydra-train", ["common.cpu=true"], env)
+    assert "distributed_training.distributed_rank=3" in hydra and "distributed_training.ddp_backend=legacy_ddp" in hydra
+    with pytest.raises(LaunchError, match="torchrun"):
+        distributed_arguments("fairseq-train", [], {})
+
+
+def test_fsdp_finds_fairscale():
+    """fairseq's --ddp-backend fully_sharded wraps fairscale's FSDP (pinned); it computes
+    on CUDA only (README, "Many GPUs and nodes")."""
+    from fairseq.distributed import fully_sharded_data_parallel as fsdp
+
+    assert fsdp.has_FSDP

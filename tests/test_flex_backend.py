@@ -1,0 +1,150 @@
+"""The flex backend (PyTorch FlexAttention) against the float64 oracle, on CPU.
+
+What runs on CPU with this torch: FlexAttention's eager reference path with the
+backend's masks (forward, log-sum-exp, padding, dilation, causal, relative positions,
+global tokens through the layer), and the compiled CPU kernel with the backend's block
+mask (forward outputs; compiled CPU FlexAttention cannot return the log-sum-exp).
+FlexAttention has no CPU backward: the backward, the compiled log-sum-exp and the
+relative-position bias gradient are left for a GPU (`longformer-fs check` covers the
+kernels there; FlexAttention's backward is PyTorch's).
+"""
+
+import itertools
+
+import pytest
+import torch
+from oracle import oracle_attention, oracle_layer
+from torch.nn.attention.flex_attention import flex_attention
+
+from longformer_fs.attention import LongformerSelfAttention, banded_attention
+from longformer_fs.attention.backends.flex import band_block_mask, band_tiles, flex_band_attention
+from longformer_fs.attention.band import band_mask
+from longformer_fs.attention.spec import BandSpec, PositionTerm
+
+CASES = [  # seq_len, window, dilations, causal, padded
+    (37, 3, (1, 1), False, False),
+    (45, 5, (1, 2, 3), True, True),
+    (40, 50, (1, 1), False, True),  # window beyond T
+    (33, 0, (2, 1), True, False),
+]
+
+
+def qkv(seq_len, heads, seed=0, dim=8):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, seq_len, heads, dim, generator=gen) for _ in range(3)]
+
+
+def padding(seq_len, padded):
+    if not padded:
+        return None
+    pad = torch.zeros(2, seq_len, dtype=torch.bool)
+    pad[1, seq_len - 12 :] = True  # longer than the window: some rows see no key
+    return pad
+
+
+@pytest.mark.parametrize("seq_len,window,dilations,causal,padded", CASES)
+def test_forward_matches_oracle(seq_len, window, dilations, causal, padded):
+    q, k, v = qkv(seq_len, len(dilations))
+    pad = padding(seq_len, padded)
+    with torch.no_grad():
+        got = banded_attention(q, k, v, window, dilations, causal, pad, backend="flex")
+    want = oracle_attention(q.double(), k.double(), v.double(), window, dilations, causal, pad)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_lse_and_empty_rows_match_the_reference_backend():
+    from longformer_fs.attention.backends.reference import reference_band_attention
+
+    q, k, v = (x.transpose(1, 2) for x in qkv(45, 3))
+    pad = padding(45, True)
+    spec = BandSpec(5, (1, 2, 3), True, 8**-0.5)
+    with torch.no_grad():
+        out, lse = flex_band_attention(q, k, v, pad, spec)
+    ref_out, ref_lse = reference_band_attention(q.double(), k.double(), v.double(), pad, spec)
+    empty = torch.isinf(ref_lse)
+    assert empty.any() and torch.isinf(lse[empty]).all() and (lse[empty] < 0).all()
+    torch.testing.assert_close(lse[~empty].double(), ref_lse[~empty], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
+
+
+def test_relative_position_term_matches_oracle():
+    q, k, v = qkv(40, 2, seed=1)
+    window, dilations = 6, (1, 3)
+    gen = torch.Generator().manual_seed(2)
+    pos_query = torch.randn(2, 40, 2, 8, generator=gen)
+    table = torch.randn(2, window + 1, 8, generator=gen)
+    spec = BandSpec(window, dilations, True, 8**-0.5, relative=True)
+    with torch.no_grad():
+        out, _ = flex_band_attention(
+            *(x.transpose(1, 2) for x in (q, k, v)), None, spec, PositionTerm(pos_query.transpose(1, 2), table)
+        )
+    want = oracle_attention(
+        q.double(),
+        k.double(),
+        v.double(),
+        window,
+        dilations,
+        True,
+        pos_query=pos_query.double(),
+        pos_table=table.double(),
+    )
+    torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_layer_with_global_tokens_matches_oracle():
+    torch.manual_seed(0)
+    layer = LongformerSelfAttention(24, 3, window=3, dilation=(1, 2, 1), backend="flex").eval()
+    x = torch.randn(30, 2, 24)
+    pad = padding(30, True)
+    glob = torch.zeros(2, 30, dtype=torch.bool)
+    glob[0, [0, 11]] = True
+    glob[1, 2] = True
+    with torch.no_grad():
+        torch.testing.assert_close(
+            layer(x, pad, glob).double(), oracle_layer(layer.double(), x.double(), pad, glob), atol=1e-5, rtol=1e-5
+        )
+
+
+@pytest.mark.parametrize(
+    "seq_len,window,dilations,causal,padded",
+    [
+        (300, 300, (1, 1), False, False),  # wide window: whole tiles inside the band are skipped-mask "full" tiles
+        (270, 20, (1, 2, 3, 1), True, True),
+    ],
+)
+def test_compiled_cpu_flex_with_our_block_mask(seq_len, window, dilations, causal, padded):
+    """The real compiled kernel visits only the tiles the block mask lists."""
+    q, k, v = (x.transpose(1, 2) for x in qkv(seq_len, len(dilations), dim=16))
+    pad = padding(seq_len, padded)
+    spec = BandSpec(window, dilations, causal, 16**-0.5)
+    block_mask = band_block_mask(seq_len, spec, None if pad is None else ~pad, q.device)
+    if not padded:
+        assert bool(block_mask.full_kv_num_blocks.sum()) or window < 128
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(flex_attention)(q, k, v, block_mask=block_mask, scale=spec.scale)
+    want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), window, dilations, causal, pad)
+    rows = torch.ones(2, seq_len, dtype=torch.bool) if pad is None else ~pad
+    torch.testing.assert_close(out.transpose(1, 2)[rows].double(), want[rows], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "window,dilation,causal,padded", list(itertools.product((0, 3, 9), (1, 2), (False, True), (False, True)))
+)
+def test_block_lists_cover_the_band_and_full_tiles_hold_only_band(window, dilation, causal, padded):
+    seq_len, block = 37, 8
+    partial, full = band_tiles(seq_len, window, (dilation,), causal, padded, block)
+    mask = band_mask(seq_len, window, dilation, causal)
+    for qb, kb in itertools.product(range(partial.shape[1]), repeat=2):
+        tile = mask[qb * block : (qb + 1) * block, kb * block : (kb + 1) * block]
+        if tile.any():
+            assert partial[0, qb, kb] or full[0, qb, kb]
+        if full[0, qb, kb]:
+            assert tile.all() and not padded and dilation == 1
+        assert not (partial[0, qb, kb] and full[0, qb, kb])
+
+
+def test_cpu_training_is_refused_clearly():
+    q, k, v = (x.requires_grad_() for x in qkv(20, 2))
+    with pytest.raises(ValueError, match="no backward on CPU"):
+        banded_attention(q, k, v, 3, backend="flex")

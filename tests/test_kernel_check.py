@@ -1,0 +1,145 @@
+"""`longformer-fs check` and how `auto` trusts kernels: the records it writes and reads.
+
+The check itself runs here on the CPU kernels (the same code path as on a GPU); the
+CUDA side of `auto` is exercised with a simulated GPU name and build.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from longformer_fs.attention import available_backends, kernel_check
+from longformer_fs.attention.backends import choose_backend, get_backend
+from longformer_fs.attention.backends import kernel as kernel_backend
+from longformer_fs.attention.kernel_check import Case, CaseResult, CheckReport, run_check, save_report
+from longformer_fs.attention.spec import BandSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_kernel = pytest.mark.skipif("kernel" not in available_backends(), reason="cuda_ext extension not built")
+SPEC = BandSpec(16, (1,), False, 0.125)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LONGFORMER_FS_CACHE", str(tmp_path))
+    kernel_check._trusted.cache_clear()
+    yield tmp_path
+    kernel_check._trusted.cache_clear()
+
+
+@needs_kernel
+def test_check_passes_on_the_cpu_kernels_and_records_it(cache):
+    cases = [Case(70, 5, (1, 2), True, True, True), Case(60, 80, (1, 3), False, False, False)]
+    report = run_check("cpu", (torch.float32, torch.bfloat16), cases)
+    assert report.passed and len(report.results) == 4
+    errors = {name for r in report.results for name in r.errors}
+    assert {"out", "lse", "dq", "dk", "dv", "dpos_query", "dtable"} <= errors
+    fp32 = [r for r in report.results if r.dtype == "float32"]
+    assert max(max(r.errors.values()) for r in fp32) < 1e-5
+    path = save_report(report)
+    record = json.loads(path.read_text())[kernel_check.record_key(report.device, report.build)]
+    assert record["passed"] and record["cases"] == 4 and record["failures"] == []
+
+
+@needs_kernel
+def test_check_fails_when_the_kernel_is_wrong(cache, monkeypatch):
+    """The check can fail: a kernel that drops the scale is caught."""
+    real = kernel_backend.band_forward
+
+    def unscaled(q, k, v, key_ok, pos_query, table, dilations, window, causal, scale):
+        return real(q, k, v, key_ok, pos_query, table, dilations, window, causal, 1.0)
+
+    monkeypatch.setattr(kernel_backend, "band_forward", unscaled)
+    report = run_check("cpu", (torch.float32,), [Case(50, 4, (1,), False, False, False)])
+    assert not report.passed and report.failures[0].errors["out"] > 1e-3
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A CUDA build on a GPU named "Fake GPU 80GB", for auto's decisions (no kernel runs)."""
+    monkeypatch.setattr(kernel_backend, "has_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Fake GPU 80GB")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+def record(passed: bool) -> CheckReport:
+    result = CaseResult("T=70 w=5", "float32", {"out": 0.0 if passed else 1.0}, 1e-4, passed)
+    return CheckReport(
+        "Fake GPU 80GB", kernel_check.build_id(), torch.__version__, passed, "2026-11-22T00:00:00", [result]
+    )
+
+
+def test_auto_on_cuda_trusts_the_kernels_only_after_a_passing_check(cache, fake_gpu):
+    backend, reason = choose_backend(SPEC, torch.device("cuda"))
+    assert backend.name == "flex" and "not verified on Fake GPU 80GB" in reason and "longformer-fs check" in reason
+    save_report(record(passed=False))
+    backend, reason = choose_backend(SPEC, torch.device("cuda"))
+    assert backend.name == "flex" and "failed on Fake GPU 80GB" in reason
+    save_report(record(passed=True))
+    backend, reason = choose_backend(SPEC, torch.device("cuda"))
+    assert backend.name == "kernel" and "passed on Fake GPU 80GB" in reason
+    # Another build (a rebuilt extension) is not covered by this record.
+    kernel_check._trusted.cache_clear()
+    kernel_backend.build_id.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(kernel_check, "build_id", lambda: "another-build")
+            assert choose_backend(SPEC, torch.device("cuda"))[0].name == "flex"
+    finally:
+        kernel_check._trusted.cache_clear()
+
+
+def test_auto_order_and_reasons_without_a_gpu():
+    assert choose_backend(SPEC, torch.device("cuda"))[0].name in ("flex", "kernel")
+    dropout = BandSpec(16, (1,), False, 0.125, dropout_p=0.1)
+    backend, reason = choose_backend(dropout, torch.device("cuda"))
+    assert backend.name == "chunks" and "flex: it cannot compute this call (attention dropout)" in reason
+    if "kernel" in available_backends():
+        backend, reason = choose_backend(SPEC, torch.device("cpu"))
+        assert backend.name == "kernel" and "tested in CI" in reason
+        assert choose_backend(BandSpec(4, (1,), True, 1.0, relative=True), torch.device("cpu"))[0].name == "kernel"
+    assert get_backend("auto", dropout, torch.device("cpu")).name == "chunks"
+
+
+def test_auto_logs_its_choice_once(caplog):
+    import longformer_fs.attention.backends as backends
+
+    backends._LOGGED.clear()
+    with caplog.at_level("INFO", logger="longformer_fs.attention.backends"):
+        for _ in range(3):
+            get_backend("auto", SPEC, torch.device("cpu"))
+    messages = [r.getMessage() for r in caplog.records if "attention backend auto" in r.getMessage()]
+    assert len(messages) == 1 and "on cpu" in messages[0]
+
+
+def cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "longformer_fs.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+
+
+@needs_kernel
+def test_check_and_info_commands(cache):
+    import os
+
+    env = dict(os.environ, LONGFORMER_FS_CACHE=str(cache))
+    result = cli("check", "--device", "cpu", "--dtypes", "float32", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "passed; recorded in" in result.stdout and "auto now: kernel on cpu" in result.stdout
+    assert len(json.loads((cache / kernel_check.RECORDS).read_text())) == 1
+    if not torch.cuda.is_available():
+        result = cli("check", "--device", "cuda", env=env)
+        assert result.returncode == 2 and "no CUDA device" in result.stderr and "Traceback" not in result.stderr
+    info = json.loads(cli("info", "--json", env=env).stdout)
+    assert info["auto"]["cpu/plain"]["backend"] == "kernel"
+    assert "tested in CI" in info["auto"]["cpu/plain"]["reason"]
+    assert info["extension"]["build"] == kernel_check.build_id()
