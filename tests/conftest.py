@@ -21,3 +21,21 @@ def backend_or_skip(name):
     if name not in available_backends():
         pytest.skip(f"backend {name!r} not available here")
     return name
+
+
+def cli(*args):
+    """``longformer-fs ARGS`` in this process (no interpreter start-up): a CompletedProcess
+    with the exit code and what was printed. Commands catch user errors themselves."""
+    import contextlib
+    import io
+    import subprocess
+
+    from longformer_fs.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:  # argparse errors
+            code = exit_.code
+    return subprocess.CompletedProcess(["longformer-fs", *map(str, args)], code, out.getvalue(), err.getvalue())

@@ -19,11 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 STUB = {
     "apex/__init__.py": "",
-    "apex/normalization/__init__.py": (
-        "import torch\n"
-        "class FusedLayerNorm(torch.nn.LayerNorm):\n"
-        "    pass\n"
-    ),
+    "apex/normalization/__init__.py": ("import torch\nclass FusedLayerNorm(torch.nn.LayerNorm):\n    pass\n"),
     "apex/multi_tensor_apply/__init__.py": (
         "class _Applier:\n"
         "    available = True\n"
@@ -32,11 +28,7 @@ STUB = {
         "multi_tensor_applier = _Applier()\n"
     ),
     "apex/optimizers/__init__.py": (
-        "import torch\n"
-        "class FusedAdam(torch.optim.Adam):\n"
-        "    pass\n"
-        "class FusedLAMB(torch.optim.Adam):\n"
-        "    pass\n"
+        "import torch\nclass FusedAdam(torch.optim.Adam):\n    pass\nclass FusedLAMB(torch.optim.Adam):\n    pass\n"
     ),
     "amp_C.py": (
         "import torch\n"

@@ -151,11 +151,21 @@ def test_phases_chain_resume_and_refuse_a_missing_start(data):
 
 def test_make_phase_in_two_processes(data, tmp_path):
     """`make text8-phase1 NPROC=2`: fairseq-hydra-train under torchrun, one model, twice the batch."""
-    cmd = ["make", "--no-print-directory", "-o", ".venv/.installed", "text8-phase1", "NPROC=2",
-           f"TORCHRUN_ARGS=--master-port {_free_port()}", f"DATA={data / 'data'}", f"SAVE={tmp_path}",
-           "HYDRA_ARGS=" + " ".join(TINY + ["optimization.max_update=4", "dataset.batch_size=4"])]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    cmd = [
+        "make",
+        "--no-print-directory",
+        "-o",
+        ".venv/.installed",
+        "text8-phase1",
+        "NPROC=2",
+        f"TORCHRUN_ARGS=--master-port {_free_port()}",
+        f"DATA={data / 'data'}",
+        f"SAVE={tmp_path}",
+        "HYDRA_ARGS=" + " ".join(TINY + ["optimization.max_update=4", "dataset.batch_size=4"]),
+    ]
+    result = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
     assert "distributed init (rank 1): env://" in log and "'distributed_world_size': 2" in log

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli
 
 from longformer_fs.cli import main
 
@@ -17,11 +18,11 @@ def run_cli(*args):
 
 
 def test_info_reports_versions_and_backends():
-    result = run_cli("info")
+    result = cli("info")
     assert result.returncode == 0, result.stderr
     assert "torch" in result.stdout and "fairseq" in result.stdout
     assert "chunks" in result.stdout and "reference" in result.stdout
-    report = json.loads(run_cli("info", "--json").stdout)
+    report = json.loads(cli("info", "--json").stdout)
     import torch
 
     assert report["versions"]["torch"] == torch.__version__
@@ -119,8 +120,26 @@ def test_bench_prep_docs_times_every_worker_count_on_the_same_corpus(tmp_path, c
 
 
 def test_bench_scale_runs_fairseq_in_several_processes(tmp_path, capsys):
-    code = main(["bench", "scale", "--processes", "2", "--seq-len", "64", "--updates", "2", "--warmup", "1",
-                 "--layers", "1", "--width", "16", "--out", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "scale",
+            "--processes",
+            "2",
+            "--seq-len",
+            "64",
+            "--updates",
+            "2",
+            "--warmup",
+            "1",
+            "--layers",
+            "1",
+            "--width",
+            "16",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     run = json.loads((tmp_path / "results.json").read_text())["runs"][0]
     assert run["processes"] == 2 and run["steps_per_s"] > 0, run

@@ -5,12 +5,11 @@ CUDA side of `auto` is exercised with a simulated GPU name and build.
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import cli
 
 from longformer_fs.attention import available_backends, kernel_check
 from longformer_fs.attention.backends import choose_backend, get_backend
@@ -116,30 +115,16 @@ def test_auto_logs_its_choice_once(caplog):
     assert len(messages) == 1 and "on cpu" in messages[0]
 
 
-def cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "longformer_fs.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=600,
-    )
-
-
 @needs_kernel
 def test_check_and_info_commands(cache):
-    import os
-
-    env = dict(os.environ, LONGFORMER_FS_CACHE=str(cache))
-    result = cli("check", "--device", "cpu", "--dtypes", "float32", env=env)
+    result = cli("check", "--device", "cpu", "--dtypes", "float32")
     assert result.returncode == 0, result.stderr
     assert "passed; recorded in" in result.stdout and "auto now: kernel on cpu" in result.stdout
     assert len(json.loads((cache / kernel_check.RECORDS).read_text())) == 1
     if not torch.cuda.is_available():
-        result = cli("check", "--device", "cuda", env=env)
+        result = cli("check", "--device", "cuda")
         assert result.returncode == 2 and "no CUDA device" in result.stderr and "Traceback" not in result.stderr
-    info = json.loads(cli("info", "--json", env=env).stdout)
+    info = json.loads(cli("info", "--json").stdout)
     assert info["auto"]["cpu/plain"]["backend"] == "kernel"
     assert "tested in CI" in info["auto"]["cpu/plain"]["reason"]
     assert info["extension"]["build"] == kernel_check.build_id()

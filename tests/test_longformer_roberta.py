@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import cli
 
-import longformer_fs  # noqa: F401  (registers the plugin)
 from longformer_fs.evaluation.masked_lm import masked_lm_bits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,7 +297,7 @@ def test_hf_export_matches_our_logits(copied, data, tmp_path, with_global):
 
 def test_convert_refuses_bad_input_with_clear_messages(roberta, tmp_path):
     def fails(*args):
-        result = subprocess.run([str(BIN / "longformer-fs"), *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+        result = cli(*args)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         return result.stderr
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import cli
 
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
@@ -419,7 +420,7 @@ def test_clear_errors(corpus, tmp_path):
         ]
         if "--out" not in args:
             cmd += ["--out", tmp_path / "o"]
-        result = subprocess.run([str(c) for c in cmd + args], capture_output=True, text=True, cwd=ROOT)
+        result = cli(*cmd[1:], *args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
