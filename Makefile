@@ -14,6 +14,9 @@
 #   make text8 / make enwik8
 #                  all five phases in order; each starts from the previous phase's
 #                  last checkpoint with a fresh optimizer; rerunning resumes
+#   make summarize-arxiv BART=dir DATA=dir GPT2=dir [LED_SIZE=large|base]
+#                  LED on arXiv-style summarization (recipes/summarization/): converts BART once
+#                  (longformer-fs convert-bart), trains, summarizes the test split, prints ROUGE
 #   make mlm-base ROBERTA=dir DATA=dir / make mlm-large ...
 #                  continued MLM pretraining at 4,096 tokens (recipes/mlm/): converts the
 #                  RoBERTa checkpoint once (longformer-fs convert-roberta), then trains;
@@ -36,6 +39,12 @@
 #                         TORCHRUN_ARGS="--nnodes 4 --node-rank 0 --rdzv-endpoint host:29500"
 #   ROBERTA=dir           a fairseq RoBERTa (model.pt + dict.txt) for mlm-base / mlm-large
 #   MLM_SAVE=checkpoints/mlm   MLM runs go to MLM_SAVE/<size>_4096 (converted model in converted/)
+#   BART=dir              a fairseq BART (model.pt + dict.txt) for summarize-arxiv
+#   GPT2=dir              GPT-2's encoder.json and vocab.bpe (to turn summaries into text)
+#   SUM_SAVE=checkpoints/summarization   LED runs go to SUM_SAVE/<size>_16k
+#   CONVERT_ARGS=...      convert-bart options (default: 16384 source positions, window 512)
+#   SUMMARIZE_ARGS=...    generation options, default "--min-len 100 --max-len 512" (beam 4,
+#                         length penalty 2.0, no repeated 3-grams: longformer-fs summarize --help)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -83,7 +92,7 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test lint format info demo clean-venv eval-bpc mlm-base mlm-large $(CORPORA) \
+.PHONY: help install test lint format info demo clean-venv eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
@@ -140,6 +149,30 @@ mlm-$(1): $(STAMP)
 		checkpoint.finetune_from_model=$(abspath $(MLM_SAVE)/$(1)_4096/converted/model.pt) $(HYDRA_ARGS)
 endef
 $(foreach s,base large,$(eval $(call mlm_run,$(s))))
+
+# LED summarization (paper v2 §7): convert once, train, summarize the test split, score it.
+LED_SIZE ?= large
+SUM_SAVE ?= checkpoints/summarization
+GPT2 ?=
+SUMMARIZE_ARGS ?= --min-len 100 --max-len 512
+CONVERT_ARGS ?=
+summarize-arxiv: $(STAMP)
+	@test -f $(DATA)/dict.source.txt || { echo "error: DATA=$(DATA) is not a summarization dataset (no" \
+		"dict.source.txt); build one with longformer-fs prep summarization --format arxiv"; exit 2; }
+	@test -f $(GPT2)/encoder.json -a -f $(GPT2)/vocab.bpe || { echo "error: set GPT2=dir holding GPT-2's" \
+		"encoder.json and vocab.bpe (to turn the summaries into text)"; exit 2; }
+	@conv=$(SUM_SAVE)/$(LED_SIZE)_16k/converted; \
+	if [ ! -f $$conv/model.pt ]; then \
+		test -n "$(BART)" || { echo "error: set BART=dir holding a fairseq BART-$(LED_SIZE) model.pt and dict.txt"; exit 2; }; \
+		$(VENV)/bin/longformer-fs convert-bart $(BART) --out $$conv $(CONVERT_ARGS) || exit $$?; fi; \
+	cmp -s $(DATA)/dict.source.txt $$conv/dict.txt || { echo "error: $(DATA)/dict.source.txt differs from the" \
+		"model's $$conv/dict.txt; prepare the data with BART's dictionary"; exit 2; }
+	$(HYDRA_TRAIN) --config-dir recipes/summarization --config-name led_$(LED_SIZE)_16k \
+		task.data=$(abspath $(DATA)) checkpoint.save_dir=$(abspath $(SUM_SAVE)/$(LED_SIZE)_16k) \
+		checkpoint.finetune_from_model=$(abspath $(SUM_SAVE)/$(LED_SIZE)_16k/converted/model.pt) $(HYDRA_ARGS)
+	$(VENV)/bin/longformer-fs summarize $(SUM_SAVE)/$(LED_SIZE)_16k/checkpoint_best.pt --data $(DATA) --split test \
+		--encoder-json $(GPT2)/encoder.json --vocab-bpe $(GPT2)/vocab.bpe \
+		--out $(SUM_SAVE)/$(LED_SIZE)_16k/test_summaries.jsonl $(SUMMARIZE_ARGS)
 
 install: $(STAMP)
 

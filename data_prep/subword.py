@@ -88,6 +88,10 @@ class SubwordEncoder:
         """The ``dict.txt`` whose ids these are."""
         raise NotImplementedError
 
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of model ids (specials and ids outside the vocabulary are dropped)."""
+        raise NotImplementedError
+
 
 class Gpt2BpeEncoder(SubwordEncoder):
     def __init__(self, encoder_json: Path, vocab_bpe: Path, dict_txt: Path):
@@ -98,6 +102,7 @@ class Gpt2BpeEncoder(SubwordEncoder):
             raise PrepError(str(err)) from None
         self.dict_txt = Path(dict_txt)
         self.dictionary_size = dictionary_size(dict_txt)
+        self.gpt2_of = {int(model): gpt2 for gpt2, model in enumerate(self.lookup) if model != UNK}  # for decode
 
     def encode_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
@@ -108,6 +113,9 @@ class Gpt2BpeEncoder(SubwordEncoder):
 
     def write_dictionary(self, path: Path) -> None:
         shutil.copyfile(self.dict_txt, path)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode([self.gpt2_of[int(i)] for i in ids if int(i) in self.gpt2_of])
 
 
 class SentencePieceEncoder(SubwordEncoder):
@@ -140,3 +148,7 @@ class SentencePieceEncoder(SubwordEncoder):
 
     def write_dictionary(self, path: Path) -> None:
         Path(path).write_text("".join(f"{symbol} 1\n" for symbol in self.symbols), encoding="utf-8")
+
+    def decode(self, ids: Sequence[int]) -> str:
+        pieces = [self.symbols[i - NUM_SPECIALS] for i in ids if NUM_SPECIALS <= int(i) < self.dictionary_size]
+        return self.processor.decode_pieces(pieces)

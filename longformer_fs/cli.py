@@ -35,10 +35,18 @@ COMMANDS = {
         "document/summary pairs (prep docs papers, arXiv/PubMed, JSONL) as fairseq translation data for LED",
     ),
     "eval-bpc": ("longformer_fs.commands.eval_bpc", "test BPC of a character-LM checkpoint, paper protocol"),
+    "summarize": (
+        "longformer_fs.commands.summarize",
+        "summaries of text/JSONL/PDF documents (or a prepared split, with ROUGE) from an LED checkpoint",
+    ),
     "rouge": ("longformer_fs.commands.rouge", "ROUGE-1/2/Lsum F1 of summaries against references, as papers report"),
     "convert-roberta": (
         "longformer_fs.commands.convert_roberta",
         "a fairseq RoBERTa checkpoint as a longformer_roberta one (positions to 4096)",
+    ),
+    "convert-bart": (
+        "longformer_fs.commands.convert_bart",
+        "a fairseq BART checkpoint as an LED one (encoder positions to 16384, global projections)",
     ),
     "export-hf": (
         "longformer_fs.commands.export_hf",
@@ -49,6 +57,10 @@ COMMANDS = {
         "time and peak memory of every attention implementation against sequence length",
     ),
     "bench lm": ("longformer_fs.benchmarks.lm", "training throughput of longformer_lm_small vs transformer_lm"),
+    "bench led": (
+        "longformer_fs.benchmarks.led",
+        "training step of LED vs BART with full attention at source lengths 1K-16K (time, peak memory)",
+    ),
     "bench scale": (
         "longformer_fs.benchmarks.scale",
         "training steps/s of longformer_lm_small with 1 and 2 fairseq-train processes (DDP)",

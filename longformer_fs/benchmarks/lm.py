@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
 from longformer_fs.modules.per_layer import dilation_pattern, layer_values
 from longformer_fs.recipes import phase_settings
 
-from .measure import median_time, peak_memory_bytes
+from .measure import median_time, peak_memory_bytes, run_isolated
 
 VOCAB = 205  # enwik8's byte vocabulary plus fairseq's specials
 
@@ -109,23 +107,17 @@ def measure(model, seq_len: int, repeat: int) -> dict:
 
 
 def phase5_step(seq_len: int, threads: int) -> dict:
-    """One checkpointed training step at the phase-5 shape, in a child process.
+    """One checkpointed training step at the phase-5 shape, in a child process (an OOM
+    kill is a result, not a crash)."""
+    return {
+        "seq_len": seq_len,
+        **run_isolated("longformer_fs.benchmarks.lm:phase5_measurement", threads, seq_len=seq_len),
+    }
 
-    The kernel's OOM killer ends a process that outgrows RAM without an exception, so
-    the step runs apart and a kill is reported as a result.
-    """
-    code = (
-        f"import json, torch; torch.set_num_threads({threads}); "
-        f"from longformer_fs.benchmarks.lm import longformer_small, measure; "
-        f"m, w = longformer_small(5, checkpoint=True); "
-        f"print('RESULT', json.dumps(dict(windows=w, **measure(m, {seq_len}, repeat=1))))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return {"seq_len": seq_len, **json.loads(line[7:])}
-    reason = "killed: out of memory" if proc.returncode in (-9, 137) else proc.stderr.strip()[-200:]
-    return {"seq_len": seq_len, "error": reason}
+
+def phase5_measurement(seq_len: int) -> dict:
+    model, windows = longformer_small(5, checkpoint=True)
+    return {"windows": windows, **measure(model, seq_len, repeat=1)}
 
 
 def _cells(result: dict) -> str:

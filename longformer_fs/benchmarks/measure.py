@@ -9,8 +9,11 @@ tensor storage made by torch ops (not Python or library overhead), which is what
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -87,3 +90,22 @@ def median_time(
         if budget_s is not None and time.perf_counter() - start > budget_s:
             break
     return statistics.median(times)
+
+
+def run_isolated(function: str, threads: int, **kwargs) -> dict:
+    """``function(**kwargs)`` (a ``module:name`` returning a JSON-able dict) in a child process.
+
+    The kernel's OOM killer ends a process that outgrows RAM without an exception, so
+    large measurements run apart and a kill is reported as a result (``{"error": ...}``).
+    """
+    module, name = function.split(":")
+    code = (
+        f"import json, torch; torch.set_num_threads({threads}); from {module} import {name}; "
+        f"print('RESULT', json.dumps({name}(**json.loads({json.dumps(json.dumps(kwargs))}))))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    reason = "killed: out of memory" if proc.returncode in (-9, 137) else proc.stderr.strip()[-200:]
+    return {"error": reason}

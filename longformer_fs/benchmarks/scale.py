@@ -81,8 +81,17 @@ def train_command(data: Path, save: Path, args, processes: int) -> list[str]:
         train.append("--cpu")
     if processes == 1:
         return [str(Path(sys.executable).parent / "fairseq-train"), *train]
-    return [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", str(processes), "--master_port",
-            str(_free_port()), "-m", "longformer_fs.launch", "fairseq-train", *train]
+    return [
+        str(Path(sys.executable).parent / "torchrun"),
+        "--nproc_per_node",
+        str(processes),
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "longformer_fs.launch",
+        "fairseq-train",
+        *train,
+    ]
 
 
 def run(processes: int, data: Path, args) -> dict:
@@ -92,14 +101,22 @@ def run(processes: int, data: Path, args) -> dict:
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if result.returncode != 0:
         return {"processes": processes, "error": (result.stderr or result.stdout).strip().splitlines()[-1][:200]}
-    logs = [json.loads(line.split("| train_inner | ", 1)[1]) for line in (result.stdout + result.stderr).splitlines()
-            if "| train_inner | " in line]
+    logs = [
+        json.loads(line.split("| train_inner | ", 1)[1])
+        for line in (result.stdout + result.stderr).splitlines()
+        if "| train_inner | " in line
+    ]
     timed = [float(entry["ups"]) for entry in logs if int(entry["num_updates"]) > args.warmup]
     if not timed:
         return {"processes": processes, "error": "no timed updates in fairseq's log"}
     steps = statistics.median(timed)
-    return {"processes": processes, "threads_each": threads, "steps_per_s": steps,
-            "sequences_per_s": steps * processes, "chars_per_s": steps * processes * args.seq_len}
+    return {
+        "processes": processes,
+        "threads_each": threads,
+        "steps_per_s": steps,
+        "sequences_per_s": steps * processes,
+        "chars_per_s": steps * processes * args.seq_len,
+    }
 
 
 def main(args: argparse.Namespace) -> int:
@@ -111,8 +128,10 @@ def main(args: argparse.Namespace) -> int:
     rows = [run(n, data, args) for n in tqdm(args.processes, desc="bench scale", unit="run")]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
     layers = args.layers or phase_settings("small", 1).model["decoder_layers"]
-    print(f"longformer_lm_small ({layers} layers), {args.seq_len} characters per sequence, one sequence per "
-          f"process and step, {args.updates} timed updates; {device}")
+    print(
+        f"longformer_lm_small ({layers} layers), {args.seq_len} characters per sequence, one sequence per "
+        f"process and step, {args.updates} timed updates; {device}"
+    )
     print(f"{'processes':>9} {'threads each':>12} {'steps/s':>8} {'sequences/s':>11} {'chars/s':>9} {'speedup':>8}")
     base = next((r for r in rows if "error" not in r), None)
     for r in rows:
@@ -120,9 +139,12 @@ def main(args: argparse.Namespace) -> int:
             print(f"{r['processes']:>9}  error: {r['error']}")
             continue
         speedup = r["sequences_per_s"] / base["sequences_per_s"]
-        print(f"{r['processes']:>9} {r['threads_each']:>12} {r['steps_per_s']:>8.3f} {r['sequences_per_s']:>11.3f} "
-              f"{r['chars_per_s']:>9.0f} {speedup:>8.2f}")
-    (args.out / "results.json").write_text(json.dumps({"seq_len": args.seq_len, "device": device, "runs": rows},
-                                                      indent=2))
+        print(
+            f"{r['processes']:>9} {r['threads_each']:>12} {r['steps_per_s']:>8.3f} {r['sequences_per_s']:>11.3f} "
+            f"{r['chars_per_s']:>9.0f} {speedup:>8.2f}"
+        )
+    (args.out / "results.json").write_text(
+        json.dumps({"seq_len": args.seq_len, "device": device, "runs": rows}, indent=2)
+    )
     print(f"wrote {args.out / 'results.json'}")
     return 0

@@ -11,7 +11,8 @@ from longformer_fs.conversion.hf import export_hf
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Write a directory that transformers.LongformerForMaskedLM.from_pretrained() loads offline: "
+        "Write a directory that HF transformers loads offline: LongformerForMaskedLM for a longformer_roberta "
+        "checkpoint, LEDForConditionalGeneration for an led one (positions without fairseq's reserved rows): "
         "config.json (attention_window = 2w per layer), the weights and, with --tokenizer, a tokenizer "
         "whose ids are the model's. Dilated or causal models have no HF counterpart and are refused."
     )
@@ -41,5 +42,5 @@ def main(args: argparse.Namespace) -> int:
         f"{'' if len(set(report['attention_window_hf'])) == 1 else ' ...'}, vocab {report['vocab']}, "
         f"tokenizer: {report['tokenizer'] or 'none'})"
     )
-    print(f"  load: transformers.LongformerForMaskedLM.from_pretrained({str(report['output'])!r})")
+    print(f"  load: transformers.{report['model_class']}.from_pretrained({str(report['output'])!r})")
     return 0

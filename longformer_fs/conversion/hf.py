@@ -1,4 +1,5 @@
-"""Export a ``longformer_roberta`` checkpoint to HF transformers' ``LongformerForMaskedLM``.
+"""Export checkpoints to HF transformers: ``longformer_roberta`` as ``LongformerForMaskedLM``
+here, ``led`` as ``LEDForConditionalGeneration`` (:mod:`.hf_led`).
 
 The two models are the same network under different names: fairseq's RoBERTa layers
 are post-layernorm BERT layers, both number positions from ``padding_idx + 1``, and
@@ -23,6 +24,7 @@ from data_prep.gpt2_bpe import dictionary_lookup, dictionary_size, vocab_size
 from ..models import longformer_roberta as layout
 from ..models.checkpoints import model_config, model_name
 from ..modules.per_layer import layer_values
+from .hf_led import export_led
 
 # fairseq key -> HF key, for every tensor of LongformerForMaskedLM.
 _EMBEDDINGS = {
@@ -147,29 +149,47 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
     return "hf"
 
 
-def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None) -> dict:
-    """Write ``out_dir`` for ``LongformerForMaskedLM.from_pretrained``; returns a report."""
-
-    if not Path(checkpoint).is_file():
-        raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
-    args = model_config(state)
-    name = model_name(args)
-    if not str(name).startswith("longformer_roberta"):
-        raise ExportError(
-            f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta "
-            "(convert RoBERTa first with `longformer-fs convert-roberta`)"
-        )
+def export_longformer(args, state: dict):
+    """``longformer_roberta`` as ``LongformerForMaskedLM``: the model and a report."""
     weights = state["model"]
     layers = layout.encoder_layers(weights)
     windows = check_exportable(args, layers)
-
     model = LongformerForMaskedLM(hf_config(args, weights, windows))
     missing, unexpected = model.load_state_dict(hf_state_dict(weights, layers), strict=False)
     if unexpected or [k for k in missing if not k.endswith("position_ids")]:
         raise ExportError(
             f"checkpoint: weights do not map onto HF Longformer (missing {missing}, unexpected {unexpected})"
         )
+    report = {
+        "layers": layers,
+        "attention_window_hf": [2 * w for w in windows],
+        "vocab": weights[layout.TOKEN_EMBEDDINGS].shape[0],
+        "model_class": "LongformerForMaskedLM",
+    }
+    return model, report
+
+
+# Registered model name prefix -> exporter(args, state) -> (HF model, report).
+EXPORTERS = {"longformer_roberta": export_longformer, "led": export_led}
+
+
+def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None) -> dict:
+    """Write ``out_dir`` for the HF class of the checkpoint's model; returns a report."""
+    if not Path(checkpoint).is_file():
+        raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    args = model_config(state)
+    name = str(model_name(args))
+    exporter = next((fn for prefix, fn in EXPORTERS.items() if name.startswith(prefix)), None)
+    if exporter is None:
+        raise ExportError(
+            f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta and led "
+            "(convert RoBERTa or BART first with `longformer-fs convert-roberta` / `convert-bart`)"
+        )
+    try:
+        model, report = exporter(args, state)
+    except ValueError as err:
+        raise ExportError(str(err)) from None
     out_dir = Path(out_dir)
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
         raise FileExistsError(f"--out: {out_dir} holds something other than an HF export; choose another directory")
@@ -181,11 +201,4 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
         if not dict_path.is_file():
             raise FileNotFoundError(f"--dict: {dict_path} does not exist (the model's fairseq dict.txt)")
         tokenizer_kind = _tokenizer(Path(tokenizer), dict_path, out_dir)
-    return {
-        "checkpoint": str(checkpoint),
-        "output": str(out_dir),
-        "layers": layers,
-        "attention_window_hf": [2 * w for w in windows],
-        "vocab": weights[layout.TOKEN_EMBEDDINGS].shape[0],
-        "tokenizer": tokenizer_kind,
-    }
+    return {"checkpoint": str(checkpoint), "output": str(out_dir), **report, "tokenizer": tokenizer_kind}

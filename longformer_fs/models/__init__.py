@@ -1,3 +1,3 @@
 """fairseq models of longformer-fs (registered on import)."""
 
-from . import longformer_lm, longformer_roberta  # noqa: F401
+from . import led, longformer_lm, longformer_roberta  # noqa: F401

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import re
 
-import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import (
     RobertaEncoder,
@@ -24,16 +23,12 @@ from fairseq.models.roberta.model import (
     roberta_base_architecture,
     roberta_large_architecture,
 )
-from fairseq.models.transformer import TransformerConfig, TransformerEncoder
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
-from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from ..attention import LongformerSelfAttention
-from ..modules.per_layer import layer_values
-from .checkpoints import add_global_projections, copy_global_projections, reserved_position_rows
+from .checkpoints import add_global_projections, reserved_position_rows
+from .longformer_encoder import LongformerTransformerEncoder, global_attention_possible
 
 logger = logging.getLogger(__name__)
 
@@ -55,123 +50,20 @@ def encoder_layers(state_dict: dict) -> int:
     return len({m.group(1) for k in state_dict if (m := _LAYER_QUERY.match(k))})
 
 
-class FairseqLongformerAttention(LongformerSelfAttention):
-    """:class:`LongformerSelfAttention` behind fairseq's ``MultiheadAttention`` call.
-
-    Its parameters carry MultiheadAttention's names (``q_proj`` ... ``out_proj``), so a
-    RoBERTa state dict loads as is, plus ``*_proj_global``. fairseq's encoder layer
-    only passes the padding mask; the tokens with global attention are set per batch by
-    :class:`LongformerTransformerEncoder` through :meth:`set_global_mask`.
-    """
-
-    global_mask: torch.Tensor | None = None
-
-    def set_global_mask(self, mask: torch.Tensor | None) -> None:
-        """``(B, T)`` bool for the coming forward (kept for activation recomputation)."""
-        self.global_mask = mask
-
-    def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None, **unused):
-        """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
-        if attn_mask is not None:
-            raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
-        if key is not None and key is not query:
-            raise ValueError("key: Longformer attention is self-attention only")
-        return super().forward(query, key_padding_mask, self.global_mask), None
-
-
-class LongformerEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's (post-layernorm) encoder layer with Longformer self-attention."""
-
-    def __init__(self, cfg: TransformerConfig, window: int, dilation: int, causal: bool):
-        # build_self_attention runs inside the base __init__ and reads these.
-        self.window, self.dilation, self.causal = window, dilation, causal
-        super().__init__(cfg)
-
-    def build_self_attention(self, embed_dim, cfg):
-        return FairseqLongformerAttention(
-            embed_dim,
-            cfg.encoder.attention_heads,
-            self.window,
-            self.dilation,
-            self.causal,
-            dropout=cfg.attention_dropout,
-        )
-
-
-class LongformerTransformerEncoder(TransformerEncoder):
-    """RoBERTa's sentence encoder with per-layer windows and optional global tokens."""
-
-    def __init__(self, args, dictionary, embed_tokens):
-        layers = args.encoder_layers
-        # The base __init__ builds the layers in order, from a TransformerConfig that lacks
-        # our settings: they take them from here.
-        self.layer_settings = iter(
-            zip(
-                layer_values(args.attention_window, layers, "attention window"),
-                layer_values(args.attention_dilation, layers, "attention dilation"),
-                strict=True,
-            )
-        )
-        self.causal = bool(safe_getattr(args, "causal_attention", False))
-        super().__init__(args, dictionary, embed_tokens)
-        self.global_token_ids = global_token_ids(args.global_attention_tokens, dictionary)
-
-    def build_encoder_layer(self, cfg):
-        if not isinstance(cfg, TransformerConfig):
-            cfg = TransformerConfig.from_namespace(cfg)
-        window, dilation = next(self.layer_settings)
-        layer = LongformerEncoderLayer(cfg, window, dilation, self.causal)
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        return layer
-
-    def attention_modules(self) -> list[FairseqLongformerAttention]:
-        return [m for m in self.modules() if isinstance(m, FairseqLongformerAttention)]
-
-    def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
-        mask = None
-        if self.global_token_ids.numel():
-            mask = torch.isin(src_tokens, self.global_token_ids.to(src_tokens.device))
-        for attention in self.attention_modules():
-            attention.set_global_mask(mask)
-        return super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-
-
-def global_token_ids(symbols: str, dictionary) -> torch.Tensor:
-    """Dictionary ids of a comma-separated list of symbols such as ``"<s>"``."""
-    ids = []
-    for symbol in (s.strip() for s in (symbols or "").split(",")):
-        if not symbol:
-            continue
-        index = dictionary.index(symbol)
-        if index == dictionary.unk() and symbol != dictionary.unk_word:
-            raise ValueError(f"global_attention_tokens: {symbol!r} is not in the dictionary")
-        ids.append(index)
-    return torch.tensor(ids, dtype=torch.long)
-
-
 class LongformerRobertaEncoder(RobertaEncoder):
+    """RoBERTa's encoder (embeddings, LM head) around a Longformer sentence encoder."""
+
     def build_encoder(self, args, dictionary, embed_tokens):
         encoder = LongformerTransformerEncoder(args, dictionary, embed_tokens)
         encoder.apply(init_bert_params)
-        # The paper starts the global projections as copies of the local ones. A model
-        # in which no token can be global (MLM pretraining) never uses them: they are
-        # frozen, as unused weights would be, so that DDP and the optimizer skip them.
-        trainable = global_attention_possible(args)
-        for attention in encoder.attention_modules():
-            copy_global_projections(attention)
-            for projection in attention.global_projections():
-                projection.requires_grad_(trainable)
-        if not trainable:
-            logger.info("global projections frozen: no token gets global attention (see --global-attention-tokens)")
+        encoder.init_global_projections(trainable=global_attention_possible(args))
         return encoder
 
-
-def global_attention_possible(args) -> bool:
-    """Whether any token can get global attention: named tokens, or masks from the task."""
-    return bool(safe_getattr(args, "global_attention_tokens", "")) or bool(
-        safe_getattr(args, "global_attention_from_data", False)
-    )
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, **kwargs):
+        """As RoBERTa's, plus ``global_attention_mask`` ``(B, T)`` from tasks that mark
+        their global tokens per example."""
+        self.sentence_encoder.set_global_attention_mask(kwargs.pop("global_attention_mask", None))
+        return super().forward(src_tokens, features_only, return_all_hiddens, masked_tokens, **kwargs)
 
 
 @register_model("longformer_roberta")

@@ -1,0 +1,103 @@
+"""``longformer-fs summarize``: summaries of documents (text, JSONL, PDF) from an LED checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from fairseq import checkpoint_utils
+from tqdm import tqdm
+
+from longformer_fs.evaluation.rouge import rouge_scores
+from longformer_fs.evaluation.summarization import (
+    GenerationSettings,
+    find_dictionary,
+    generate,
+    load_summarizer,
+    read_documents,
+    source_tokens,
+    to_text,
+)
+
+from .subword_options import add_subword_arguments, subword_spec
+
+DEFAULTS = GenerationSettings()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Summarize documents with an LED (or BART) checkpoint through fairseq's beam search. Inputs are .txt "
+        "files (one document each), .jsonl files (--text-field) and .pdf papers (their body), or a split of a "
+        "`prep summarization` directory (--data, --split), which is also scored with ROUGE against its "
+        "references. Writes JSONL {id, summary} with one sentence per line in each summary."
+    )
+    parser.add_argument("checkpoint", type=Path, help="an led checkpoint (checkpoint_best.pt, ...)")
+    parser.add_argument("inputs", type=Path, nargs="*", help=".txt, .jsonl or .pdf files")
+    parser.add_argument("--data", type=Path, help="a `prep summarization` directory: summarize its --split")
+    parser.add_argument("--split", default="test", help="the split of --data (default: test)")
+    parser.add_argument("--text-field", default="text", help="the JSONL field holding a document")
+    parser.add_argument("--out", type=Path, default=None, help="write the summaries here (JSONL; default: print)")
+    add_subword_arguments(parser, model="BART's")
+    generation = parser.add_argument_group("generation")
+    generation.add_argument("--beam", type=int, default=DEFAULTS.beam, help="beam size")
+    generation.add_argument("--lenpen", type=float, default=DEFAULTS.lenpen, help="length penalty")
+    generation.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        default=DEFAULTS.no_repeat_ngram_size,
+        help="never repeat an n-gram of this size (0: off)",
+    )
+    generation.add_argument("--min-len", type=int, default=DEFAULTS.min_len, help="minimum summary tokens")
+    generation.add_argument("--max-len", type=int, default=DEFAULTS.max_len, help="maximum summary tokens")
+    parser.add_argument("--batch-size", type=int, default=4, help="documents per beam search")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+
+
+def main(args: argparse.Namespace) -> int:
+    if bool(args.inputs) == bool(args.data):
+        raise ValueError("inputs: give document files, or --data DIR (a prep summarization directory), not both")
+    settings = GenerationSettings(args.beam, args.lenpen, args.no_repeat_ngram_size, args.min_len, args.max_len)
+    settings.check()
+    if not args.checkpoint.is_file():
+        raise FileNotFoundError(f"checkpoint: {args.checkpoint} does not exist")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(args.checkpoint))
+    args.dict = args.dict or find_dictionary(args.checkpoint, state, args.data)
+    encoder = subword_spec(args).load()
+    model, task = load_summarizer(args.checkpoint, args.dict, args.data, args.device, state)
+    max_positions = model.max_positions()[0]
+    references = None
+    if args.data is not None:
+        task.load_dataset(args.split)
+        dataset = task.dataset(args.split).src
+        sources = [source_tokens(dataset[i][1:-1], max_positions) for i in range(len(dataset))]  # without <s> </s>
+        lines = (args.data / f"{args.split}.references.jsonl").read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines]
+        ids, references = [r["id"] for r in records], [r["reference"] for r in records]
+        if len(ids) != len(sources):
+            raise ValueError(f"--data: {len(ids)} references for {len(sources)} sources in {args.split}")
+    else:
+        documents = list(read_documents(args.inputs, args.text_field))
+        ids = [d.id for d in documents]
+        sources = [source_tokens(ids_, max_positions) for ids_ in encoder.encode([d.text for d in documents])]
+    hypotheses = generate(
+        model, task, sources, settings, args.batch_size, lambda batches: tqdm(batches, desc="summarize", unit="batch")
+    )
+    summaries = [to_text(h, encoder) for h in hypotheses]
+    rows = [json.dumps({"id": i, "summary": s}, ensure_ascii=False) for i, s in zip(ids, summaries, strict=True)]
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+        print(f"wrote {len(rows)} summaries to {args.out}")
+    else:
+        print("\n".join(rows))
+    if references is not None:
+        scores = rouge_scores(summaries, references)
+        print(
+            f"ROUGE ({args.split}, {scores['documents']} documents, F1 x 100): "
+            + ", ".join(f"{name} {scores[name]['f1']:.2f}" for name in ("rouge1", "rouge2", "rougeLsum"))
+        )
+        if args.out:
+            args.out.with_suffix(".rouge.json").write_text(json.dumps(scores, indent=2))
+    return 0

@@ -1,0 +1,179 @@
+"""Summaries from an encoder-decoder checkpoint (LED, BART) with fairseq's beam search.
+
+:func:`load_summarizer` loads the model with a ``translation`` task over its dictionary;
+:func:`generate` runs fairseq's ``SequenceGenerator`` (incremental decoding, beam search,
+length penalty, n-gram blocking) over batches of sources; :func:`read_documents` reads
+the files people bring (text, JSONL, PDF papers). Sources are ``<s> tokens </s>``, as
+``prep summarization`` writes them and LED's global token expects, cut to the model's
+source positions.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import torch
+from fairseq.data import data_utils
+from fairseq.dataclass.configs import GenerationConfig
+
+from data_prep.fairseq_dataset import BOS, EOS, PAD, PrepError
+from data_prep.pdf_papers import PdfError, read_paper
+from data_prep.sentences import split_sentences
+from data_prep.subword import SubwordEncoder
+
+from ..models.checkpoints import config_get
+from .checkpoint import load_model
+
+SOURCE, TARGET = "source", "target"
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Beam search settings; the defaults are the ones people use with LED.
+
+    Attributes:
+        beam: beam size.
+        lenpen: length penalty (> 1 favours longer summaries).
+        no_repeat_ngram_size: no n-gram of this size twice in a summary (0: off).
+        min_len, max_len: summary length in tokens.
+    """
+
+    beam: int = 4
+    lenpen: float = 2.0
+    no_repeat_ngram_size: int = 3
+    min_len: int = 20
+    max_len: int = 512
+
+    def check(self) -> None:
+        if self.beam < 1 or self.min_len < 0 or self.max_len < max(1, self.min_len) or self.no_repeat_ngram_size < 0:
+            raise ValueError(
+                f"generation: need beam >= 1, 0 <= min_len <= max_len, max_len >= 1, "
+                f"no_repeat_ngram_size >= 0; got {self}"
+            )
+
+
+@dataclass
+class Document:
+    id: str
+    text: str
+
+
+def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> Path:
+    """The model's ``dict.txt``: beside the checkpoint (a converted model), else the
+    source dictionary of ``data`` or of the data it was trained on."""
+    candidates = [Path(checkpoint).parent / "dict.txt"]
+    if data is not None:
+        candidates.append(Path(data) / f"dict.{SOURCE}.txt")
+    trained_on = config_get(state.get("cfg", {}).get("task", {}) or {}, "data") if state.get("cfg") else None
+    if trained_on is None and state.get("args") is not None:
+        trained_on = config_get(state["args"], "data")
+    if trained_on:
+        candidates.append(Path(str(trained_on).split(":")[0]) / f"dict.{SOURCE}.txt")
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"--dict: no dictionary found ({', '.join(map(str, candidates))}); give the model's dict.txt with --dict"
+    )
+
+
+def load_summarizer(
+    checkpoint: Path, dictionary: Path, data: Path | None = None, device: str = "cpu", state: dict | None = None
+):
+    """The model and a ``translation`` task over its dictionary.
+
+    Args:
+        dictionary: the model's ``dict.txt``; used when ``data`` (a ``prep
+            summarization`` directory) is not given.
+        state: the checkpoint already read, to read it once.
+    """
+    overrides = {"source_lang": SOURCE, "target_lang": TARGET}
+    if data is not None:
+        return load_model(checkpoint, data, device, overrides, state)
+    with tempfile.TemporaryDirectory() as tmp:  # the translation task reads dict.{lang}.txt from its data dir
+        for lang in (SOURCE, TARGET):
+            (Path(tmp) / f"dict.{lang}.txt").write_bytes(Path(dictionary).read_bytes())
+        return load_model(checkpoint, Path(tmp), device, overrides, state)
+
+
+def source_tokens(ids, max_positions: int) -> torch.Tensor:
+    """``<s> ids </s>`` in at most ``max_positions`` tokens."""
+    body = torch.as_tensor(ids, dtype=torch.long)[: max(0, max_positions - 2)]
+    return torch.cat([torch.tensor([BOS]), body, torch.tensor([EOS])])
+
+
+def generate(
+    model,
+    task,
+    sources: list[torch.Tensor],
+    settings: GenerationSettings,
+    batch_size: int = 4,
+    progress: Callable[[Iterable], Iterable] = lambda it: it,
+) -> list[list[int]]:
+    """The best hypothesis (token ids without ``</s>``) for every source, in order."""
+    settings.check()
+    generator = task.build_generator(
+        [model],
+        GenerationConfig(beam=settings.beam, lenpen=settings.lenpen, no_repeat_ngram_size=settings.no_repeat_ngram_size,
+                         min_len=settings.min_len, max_len_a=0, max_len_b=settings.max_len),
+    )  # fmt: skip
+    device = next(model.parameters()).device
+    order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))  # similar lengths share a batch
+    results: dict[int, list[int]] = {}
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for batch in progress(batches):
+        tokens = data_utils.collate_tokens([sources[i] for i in batch], PAD, left_pad=False)
+        sample = {
+            "net_input": {
+                "src_tokens": tokens.to(device),
+                "src_lengths": torch.tensor([len(sources[i]) for i in batch], device=device),
+            }
+        }
+        with torch.no_grad():
+            hypotheses = generator.generate([model], sample)
+        for index, hypos in zip(batch, hypotheses, strict=True):
+            results[index] = [int(t) for t in hypos[0]["tokens"] if int(t) != EOS]
+    return [results[i] for i in range(len(sources))]
+
+
+def to_text(ids: list[int], encoder: SubwordEncoder) -> str:
+    """A summary's text, one sentence per line (ROUGE-Lsum's convention)."""
+    return "\n".join(split_sentences(encoder.decode(ids).strip()))
+
+
+def read_documents(paths: Iterable[Path], text_field: str = "text") -> Iterator[Document]:
+    """Documents from ``.txt`` files (one each), ``.jsonl`` lines (``text_field``; an ``id``
+    field names them) and ``.pdf`` papers (their body, without the abstract)."""
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"input: {path} does not exist")
+        suffix = path.suffix.lower()
+        if suffix == ".pdf":
+            try:
+                paper = read_paper(path)
+            except PdfError as err:
+                raise PrepError(f"input: {path}: {err}") from None
+            yield Document(str(path), paper.body or paper.abstract or "")
+        elif suffix == ".jsonl":
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise PrepError(f"input: {path}:{number}: malformed JSON ({err.msg})") from None
+                text = record.get(text_field) if isinstance(record, dict) else None
+                if isinstance(text, list):
+                    text = " ".join(map(str, text))
+                if not isinstance(text, str):
+                    raise PrepError(f"input: {path}:{number}: no string field {text_field!r} (see --text-field)")
+                yield Document(str(record.get("id", f"{path}:{number}")), text)
+        else:
+            try:
+                yield Document(str(path), path.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as err:
+                raise PrepError(f"input: {path} is not UTF-8 text (byte {err.start})") from None

@@ -1,0 +1,142 @@
+"""``led``: the Longformer-Encoder-Decoder (paper v2 §7), fairseq's BART for long inputs.
+
+- The encoder is BART's with Longformer self-attention in every layer: a window per
+  layer (``--attention-window``, default 512 per side: the paper's 1,024) and global
+  attention on the first ``<s>`` of each source.
+- The decoder is BART's, unchanged: full causal self-attention, full cross-attention to
+  every encoder state, incremental decoding and beam search through fairseq-generate.
+- Sources get 16,384 positions (``longformer-fs convert-bart`` copies BART's 1,024
+  learned rows out to them), targets keep BART's 1,024.
+
+Everything else is fairseq's BART, so LED works with the ``translation`` task,
+``label_smoothed_cross_entropy``, ``fairseq-train``, ``fairseq-hydra-train`` and
+``fairseq-generate``. The model takes argparse-style settings like BART
+(``--arch led_base``, or ``model._name: led_base`` under Hydra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.bart.model import BARTModel, bart_base_architecture, bart_large_architecture
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
+
+from .checkpoints import add_global_projections, reserved_position_rows
+from .longformer_encoder import LongformerTransformerEncoder
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WINDOW = 512  # one side: the paper's 1,024-token window
+DEFAULT_MAX_SOURCE_POSITIONS = 16384
+DEFAULT_MAX_TARGET_POSITIONS = 1024
+GLOBAL_TOKEN = "<s>"  # each source's first <s>
+
+# The state-dict layout (fairseq BART's keys, which this model keeps).
+ENCODER_LAYERS = "encoder.layers."
+DECODER_LAYERS = "decoder.layers."
+TOKEN_EMBEDDINGS = "encoder.embed_tokens.weight"
+ENCODER_POSITIONS = "encoder.embed_positions.weight"
+DECODER_POSITIONS = "decoder.embed_positions.weight"
+_ENCODER_QUERY = re.compile(r"^" + re.escape(ENCODER_LAYERS) + r"(\d+)\.self_attn\.q_proj\.weight$")
+_DECODER_CROSS = re.compile(r"^" + re.escape(DECODER_LAYERS) + r"(\d+)\.encoder_attn\.q_proj\.weight$")
+
+
+def encoder_layers(state_dict: dict) -> int:
+    return len({m.group(1) for k in state_dict if (m := _ENCODER_QUERY.match(k))})
+
+
+def decoder_layers(state_dict: dict) -> int:
+    """Decoder layers with cross-attention (a BART-style decoder)."""
+    return len({m.group(1) for k in state_dict if (m := _DECODER_CROSS.match(k))})
+
+
+class LEDEncoder(LongformerTransformerEncoder):
+    """BART's encoder with Longformer self-attention; the first ``<s>`` of a source is global."""
+
+    def __init__(self, args, dictionary, embed_tokens):
+        super().__init__(args, dictionary, embed_tokens, first_only=True)
+
+
+@register_model("led")
+class LEDModel(BARTModel):
+    """BART with a Longformer encoder for long sources."""
+
+    @staticmethod
+    def add_args(parser):
+        BARTModel.add_args(parser)
+        parser.add_argument("--attention-window", type=str, metavar="W",
+                            help="one-sided encoder window per layer: 'w' for all layers or 'w0,w1,...' "
+                                 f"(default {DEFAULT_WINDOW}, the paper's 1,024-token window)")  # fmt: skip
+
+    @classmethod
+    def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            # fairseq's Transformer builders copy settings they do not know only from a
+            # namespace; a Hydra config would lose the window on the way to the encoder.
+            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        if safe_getattr(args, "task", None) is None:
+            # BART's upgrade_state_dict_named reads args.task, which a Hydra model config lacks.
+            args.task = safe_getattr(task.cfg, "_name", None) if hasattr(task, "cfg") else None
+        led_base_architecture(args)
+        model = super().build_model(args, task)
+        model.encoder.init_global_projections(trainable=True)  # after BART's own initialisation
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        encoder = LEDEncoder(args, src_dict, embed_tokens)
+        encoder.apply(init_bert_params)
+        return encoder
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        prefix = name + "." if name else ""
+        # A plain BART state dict lacks the global projections: start them as copies.
+        added = add_global_projections(state_dict, prefix + ENCODER_LAYERS)
+        if added:
+            logger.info("initialised %d global projections from the local ones", added)
+        key = prefix + ENCODER_POSITIONS
+        reserved = reserved_position_rows(self.encoder.padding_idx)
+        expected = self.encoder.embed_positions.weight.shape[0] - reserved
+        if key in state_dict and state_dict[key].shape[0] - reserved != expected:
+            raise ValueError(
+                f"{key}: the checkpoint has {state_dict[key].shape[0] - reserved} source positions but this model "
+                f"{expected}; convert it first with `longformer-fs convert-bart --max-source-positions {expected}`"
+            )
+        super().upgrade_state_dict_named(state_dict, name)
+
+
+def _defaults(args) -> None:
+    # safe_getattr keeps a None that argparse left, hence the explicit checks.
+    if safe_getattr(args, "attention_window", None) is None:
+        args.attention_window = str(DEFAULT_WINDOW)
+    args.attention_dilation = "1"
+    args.causal_attention = False
+    args.global_attention_tokens = GLOBAL_TOKEN
+    if safe_getattr(args, "max_source_positions", None) is None:
+        args.max_source_positions = DEFAULT_MAX_SOURCE_POSITIONS
+    if safe_getattr(args, "max_target_positions", None) is None:
+        args.max_target_positions = DEFAULT_MAX_TARGET_POSITIONS
+
+
+@register_model_architecture("led", "led")
+def led_architecture(args):
+    led_base_architecture(args)
+
+
+@register_model_architecture("led", "led_base")
+def led_base_architecture(args):
+    """BART-base (6 + 6 layers, width 768) with a Longformer encoder."""
+    _defaults(args)
+    bart_base_architecture(args)
+
+
+@register_model_architecture("led", "led_large")
+def led_large_architecture(args):
+    """BART-large (12 + 12 layers, width 1024) with a Longformer encoder."""
+    _defaults(args)
+    bart_large_architecture(args)

@@ -1,0 +1,169 @@
+"""fairseq's Transformer encoder with Longformer self-attention in every layer.
+
+Shared by ``longformer_roberta`` (as RoBERTa's sentence encoder) and ``led`` (as BART's
+encoder). The layers keep fairseq's (post-layernorm) structure and parameter names, so
+RoBERTa and BART state dicts load as they are, plus each layer's global projections.
+
+Which tokens get global attention is decided per batch, as the union of:
+
+- the model's global tokens (``--global-attention-tokens``, e.g. ``<s>``; with
+  ``first_only``, only each row's first occurrence: LED's first ``<s>``);
+- a ``(B, T)`` mask the task puts in the batch (``net_input["global_attention_mask"]``),
+  for tasks whose global tokens come from the data (a question, answer candidates).
+
+fairseq's encoder layers pass only the padding mask to their attention, so the encoder
+hands the batch's global mask to every attention module before its layers run.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from fairseq.models.transformer import TransformerConfig, TransformerEncoder
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from fairseq.utils import safe_getattr
+
+from ..attention import LongformerSelfAttention
+from ..modules.per_layer import layer_values
+from .checkpoints import copy_global_projections
+
+logger = logging.getLogger(__name__)
+
+
+class FairseqLongformerAttention(LongformerSelfAttention):
+    """:class:`LongformerSelfAttention` behind fairseq's ``MultiheadAttention`` call.
+
+    Its parameters carry MultiheadAttention's names (``q_proj`` ... ``out_proj``), plus
+    ``*_proj_global``. The tokens with global attention are set per batch by
+    :class:`LongformerTransformerEncoder` through :meth:`set_global_mask`.
+    """
+
+    global_mask: torch.Tensor | None = None
+
+    def set_global_mask(self, mask: torch.Tensor | None) -> None:
+        """``(B, T)`` bool for the coming forward (kept for activation recomputation)."""
+        self.global_mask = mask
+
+    def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None, **unused):
+        """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
+        if attn_mask is not None:
+            raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
+        if key is not None and key is not query:
+            raise ValueError("key: Longformer attention is self-attention only")
+        return super().forward(query, key_padding_mask, self.global_mask), None
+
+
+class LongformerEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer with Longformer self-attention."""
+
+    def __init__(self, cfg: TransformerConfig, window: int, dilation: int, causal: bool):
+        # build_self_attention runs inside the base __init__ and reads these.
+        self.window, self.dilation, self.causal = window, dilation, causal
+        super().__init__(cfg)
+
+    def build_self_attention(self, embed_dim, cfg):
+        return FairseqLongformerAttention(
+            embed_dim, cfg.encoder.attention_heads, self.window, self.dilation, self.causal,
+            dropout=cfg.attention_dropout,
+        )  # fmt: skip
+
+
+def global_token_ids(symbols: str, dictionary) -> torch.Tensor:
+    """Dictionary ids of a comma-separated list of symbols such as ``"<s>"``."""
+    ids = []
+    for symbol in (s.strip() for s in (symbols or "").split(",")):
+        if not symbol:
+            continue
+        index = dictionary.index(symbol)
+        if index == dictionary.unk() and symbol != dictionary.unk_word:
+            raise ValueError(f"global_attention_tokens: {symbol!r} is not in the dictionary")
+        ids.append(index)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def global_attention_possible(args) -> bool:
+    """Whether any token can get global attention: named tokens, or masks from the task."""
+    return bool(safe_getattr(args, "global_attention_tokens", "")) or bool(
+        safe_getattr(args, "global_attention_from_data", False)
+    )
+
+
+class LongformerTransformerEncoder(TransformerEncoder):
+    """A fairseq ``TransformerEncoder`` with per-layer windows and global tokens.
+
+    Args:
+        args: the model's settings; reads ``encoder_layers``, ``attention_window``,
+            ``attention_dilation`` (per layer), ``causal_attention`` and
+            ``global_attention_tokens``.
+        first_only: only each row's first global-token occurrence is global (LED).
+    """
+
+    def __init__(self, args, dictionary, embed_tokens, first_only: bool = False):
+        layers = args.encoder_layers
+        # The base __init__ builds the layers in order, from a TransformerConfig that lacks
+        # our settings: they take them from here.
+        self.layer_settings = iter(
+            zip(
+                layer_values(args.attention_window, layers, "attention window"),
+                layer_values(safe_getattr(args, "attention_dilation", "1") or "1", layers, "attention dilation"),
+                strict=True,
+            )
+        )
+        self.causal = bool(safe_getattr(args, "causal_attention", False))
+        super().__init__(args, dictionary, embed_tokens)
+        self.global_token_ids = global_token_ids(safe_getattr(args, "global_attention_tokens", ""), dictionary)
+        self.first_only = first_only
+        self._batch_global_mask: torch.Tensor | None = None
+
+    def build_encoder_layer(self, cfg):
+        if not isinstance(cfg, TransformerConfig):
+            cfg = TransformerConfig.from_namespace(cfg)
+        window, dilation = next(self.layer_settings)
+        layer = LongformerEncoderLayer(cfg, window, dilation, self.causal)
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        return layer
+
+    def attention_modules(self) -> list[FairseqLongformerAttention]:
+        return [m for m in self.modules() if isinstance(m, FairseqLongformerAttention)]
+
+    def init_global_projections(self, trainable: bool) -> None:
+        """Start every layer's global projections as copies of its local ones (the paper's
+        initialisation). Frozen when no token can be global (MLM pretraining): they are
+        never used, so DDP and the optimizer skip them, as unused weights never change."""
+        for attention in self.attention_modules():
+            copy_global_projections(attention)
+            for projection in attention.global_projections():
+                projection.requires_grad_(trainable)
+        if not trainable:
+            logger.info("global projections frozen: no token gets global attention (see --global-attention-tokens)")
+
+    def set_global_attention_mask(self, mask: torch.Tensor | None) -> None:
+        """A ``(B, T)`` bool mask from the batch, for the next forward only."""
+        self._batch_global_mask = mask
+
+    def global_mask(self, src_tokens: torch.Tensor) -> torch.Tensor | None:
+        """``(B, T)`` bool: the configured global tokens of this batch, or None."""
+        if not self.global_token_ids.numel():
+            return None
+        mask = torch.isin(src_tokens, self.global_token_ids.to(src_tokens.device))
+        if self.first_only:
+            mask = mask & (mask.cumsum(dim=1) == 1)
+        return mask
+
+    def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
+        mask, from_batch = self.global_mask(src_tokens), self._batch_global_mask
+        self._batch_global_mask = None
+        if from_batch is not None:
+            if from_batch.shape != src_tokens.shape:
+                raise ValueError(
+                    f"global_attention_mask: shape {tuple(from_batch.shape)} does not match the "
+                    f"source tokens' {tuple(src_tokens.shape)}"
+                )
+            from_batch = from_batch.to(device=src_tokens.device, dtype=torch.bool)
+            mask = from_batch if mask is None else mask | from_batch
+        for attention in self.attention_modules():
+            attention.set_global_mask(mask)
+        return super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)

@@ -1,0 +1,444 @@
+"""LED: BART -> LED conversion, the paper's Table 11 in miniature, HF export, PDFs to summaries.
+
+A tiny BART (2 + 2 layers, 128 source positions) is trained by a real fairseq-train on a
+generated summarization task: each document is filler words with one code word
+repeated ten times, and its summary is "topic <code>.". The long documents (about 490
+tokens) have the code only in their last 100 words, so a model that reads 128 tokens
+cannot know it.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import cli
+
+from data_prep.gpt2_bpe import train_bpe
+from longformer_fs.evaluation.checkpoint import load_model
+from longformer_fs.evaluation.summarization import GenerationSettings, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]
+CODES = [f"z{a}{b}" for a in "aeiou" for b in "kpst"][:16]
+SIZES = {
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_embed_dim": 64,
+    "decoder_embed_dim": 64,
+    "encoder_ffn_embed_dim": 128,
+    "decoder_ffn_embed_dim": 128,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+}
+TINY = [x for k, v in SIZES.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+TINY += ["--share-all-embeddings", "--max-target-positions", "128"]
+TRAIN = [
+    "--task",
+    "translation",
+    "--source-lang",
+    "source",
+    "--target-lang",
+    "target",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.0",
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9,0.98)",
+    "--batch-size",
+    "16",
+    "--dropout",
+    "0.0",
+    "--attention-dropout",
+    "0",
+    "--no-epoch-checkpoints",
+    "--cpu",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--seed",
+    "1",
+    "--disable-validation",
+    "--user-dir",
+    str(ROOT / "longformer_fs"),
+]
+RESULTS = {}  # the miniature Table 11
+
+
+@pytest.fixture(scope="module", autouse=True)
+def print_table11():
+    yield
+    if RESULTS:
+        print("\nMiniature Table 11 (test split, 60 documents of ~490 tokens; ROUGE F1 x 100):")
+        print(f"  {'model':<44} {'R-1':>6} {'R-2':>6} {'R-Lsum':>7}")
+        for name, scores in RESULTS.items():
+            print(f"  {name:<44} " + " ".join(f"{scores[k]['f1']:>6.2f}" for k in ("rouge1", "rouge2", "rougeLsum")))
+
+
+def documents(n, length, tail, seed):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = [rng.choice(FILL) for _ in range(length)]
+        code = rng.choice(CODES)
+        for pos in rng.sample(range(length - tail if tail else 0, length), 10):
+            words[pos] = code
+        out.append({"id": f"{seed}-{i}", "source": " ".join(words), "target": f"topic {code}."})
+    return out
+
+
+def run(*cmd, env=None):
+    result = subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=900, env=env or dict(os.environ)
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def prep(raw, tokenizer_dir, out, *splits):
+    args = [
+        "prep",
+        "summarization",
+        "--format",
+        "jsonl",
+        "--source-field",
+        "source",
+        "--target-field",
+        "target",
+        "--encoder-json",
+        tokenizer_dir / "encoder.json",
+        "--vocab-bpe",
+        tokenizer_dir / "vocab.bpe",
+        "--dict",
+        tokenizer_dir / "dict.txt",
+        "--out",
+        out,
+        "--workers",
+        "1",
+    ]
+    for split, path in splits:
+        args += [f"--{split}", path]
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("led")
+    sets = {
+        "short_train": documents(3000, 100, 0, 1),
+        "short_valid": documents(50, 100, 0, 2),
+        "long_train": documents(1500, 480, 100, 3),
+        "long_test": documents(60, 480, 100, 5),
+    }
+    for name, rows in sets.items():
+        (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bpe = tmp / "bpe"
+    bpe.mkdir()
+    train_bpe([r["source"] + " " + r["target"] for r in sets["short_train"][:1000]], bpe, 400)
+    short = prep(tmp, bpe, tmp / "short", ("train", tmp / "short_train.jsonl"), ("valid", tmp / "short_valid.jsonl"))
+    long = prep(tmp, bpe, tmp / "long", ("train", tmp / "long_train.jsonl"), ("test", tmp / "long_test.jsonl"))
+    return {"tmp": tmp, "bpe": bpe, "short": short, "long": long}
+
+
+@pytest.fixture(scope="module")
+def bart(data, tmp_path_factory):
+    """A released-BART-like directory (model.pt + dict.txt) from a real fairseq-train."""
+    save = tmp_path_factory.mktemp("bart")
+    run(
+        BIN / "fairseq-train",
+        data["short"],
+        *TRAIN,
+        "--arch",
+        "bart_base",
+        *TINY,
+        "--max-source-positions",
+        "128",
+        "--lr",
+        "1e-3",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "50",
+        "--batch-size",
+        "32",
+        "--max-update",
+        "300",
+        "--save-dir",
+        save,
+    )
+    (save / "checkpoint_last.pt").rename(save / "model.pt")
+    (save / "dict.txt").write_bytes((data["bpe"] / "dict.txt").read_bytes())
+    return save
+
+
+def convert(bart, out, *extra):
+    result = cli("convert-bart", bart, "--out", out, *extra)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def led(bart, tmp_path_factory):
+    """The paper's LED in miniature: positions copied 128 -> 512, window 32 per side."""
+    out = tmp_path_factory.mktemp("led_conv")
+    convert(bart, out, "--max-source-positions", "512", "--window", "32")
+    return out / "model.pt"
+
+
+def test_converted_with_wide_window_equals_bart(bart, data, tmp_path):
+    report = convert(bart, tmp_path / "wide", "--max-source-positions", "512", "--window", "200")
+    assert "encoder positions: 128 -> 512" in report and "global projections: 12 tensors" in report
+    original, task = load_model(bart / "model.pt", data["short"])
+    converted, _ = load_model(tmp_path / "wide" / "model.pt", data["short"])
+    assert type(converted).__name__ == "LEDModel" and converted.encoder.embed_positions.weight.shape[0] == 514
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    batch = dataset.collater([dataset[i] for i in range(6)])
+    original.double(), converted.double()
+    with torch.no_grad():  # window 200 >= the sources' 107 tokens: full attention, BART's numbers
+        torch.testing.assert_close(
+            converted(**batch["net_input"])[0], original(**batch["net_input"])[0], atol=1e-6, rtol=1e-6
+        )
+    sources = [dataset[i]["source"] for i in range(6)]
+    settings = GenerationSettings(beam=4, min_len=1, max_len=8)
+    assert generate(converted, task, sources, settings) == generate(original, task, sources, settings)
+
+
+def fine_tune(arch_args, init, data, save, updates=80):
+    run(
+        BIN / "fairseq-train",
+        data["long"],
+        *TRAIN,
+        *arch_args,
+        *TINY,
+        "--lr",
+        "5e-4",
+        "--lr-scheduler",
+        "fixed",
+        "--max-update",
+        str(updates),
+        "--finetune-from-model",
+        init,
+        "--save-dir",
+        save,
+    )
+    return save / "checkpoint_last.pt"
+
+
+def summarize(checkpoint, data, out):
+    result = cli(
+        "summarize",
+        checkpoint,
+        "--data",
+        data["long"],
+        "--split",
+        "test",
+        "--encoder-json",
+        data["bpe"] / "encoder.json",
+        "--vocab-bpe",
+        data["bpe"] / "vocab.bpe",
+        "--min-len",
+        "1",
+        "--max-len",
+        "10",
+        "--out",
+        out,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(out.with_suffix(".rouge.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fine_tuned_led(led, data, tmp_path_factory):
+    save = tmp_path_factory.mktemp("ft_led")
+    return fine_tune(
+        ["--arch", "led_base", "--max-source-positions", "512", "--attention-window", "32"], led, data, save
+    )
+
+
+def test_table11_miniature_led_reads_what_truncated_bart_cannot(bart, fine_tuned_led, data, tmp_path):
+    bart_ckpt = fine_tune(
+        ["--arch", "bart_base", "--max-source-positions", "128", "--truncate-source"],
+        bart / "model.pt",
+        data,
+        tmp_path / "ft_bart",
+    )
+    RESULTS["BART, sources truncated to its 128 positions"] = summarize(bart_ckpt, data, tmp_path / "bart.jsonl")
+    RESULTS["LED, copied positions, w = 32, 512 tokens"] = summarize(fine_tuned_led, data, tmp_path / "led.jsonl")
+    bart_r2 = RESULTS["BART, sources truncated to its 128 positions"]["rouge2"]["f1"]
+    led_r2 = RESULTS["LED, copied positions, w = 32, 512 tokens"]["rouge2"]["f1"]
+    assert led_r2 > 80 and bart_r2 < 30 and led_r2 > bart_r2 + 40, RESULTS
+    first = json.loads((tmp_path / "led.jsonl").read_text().splitlines()[0])
+    assert first["id"] == "5-0" and first["summary"].startswith("topic z")
+
+
+def test_hf_export_matches_our_logits(fine_tuned_led, data, tmp_path):
+    from transformers import LEDForConditionalGeneration
+
+    result = cli("export-hf", fine_tuned_led, "--out", tmp_path / "hf")
+    assert result.returncode == 0 and "LEDForConditionalGeneration" in result.stdout, result.stderr
+    ours, task = load_model(fine_tuned_led, data["long"])
+    theirs = LEDForConditionalGeneration.from_pretrained(tmp_path / "hf", local_files_only=True).eval()
+    assert theirs.config.attention_window == [64, 64] and theirs.config.max_encoder_position_embeddings == 512
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    for i in range(3):  # one document at a time: HF numbers positions from the first token, pads included
+        net_input = dataset.collater([dataset[i]])["net_input"]
+        tokens = net_input["src_tokens"]
+        first_bos = torch.zeros_like(tokens)
+        first_bos[:, 0] = 1
+        with torch.no_grad():
+            expected = ours(**net_input)[0]
+            got = theirs(
+                input_ids=tokens, global_attention_mask=first_bos, decoder_input_ids=net_input["prev_output_tokens"]
+            ).logits
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def make_pdf(path, title, abstract, body):
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.set_font("helvetica", size=10)
+    pdf.add_page()
+    pdf.set_font("helvetica", size=16)
+    pdf.text(20, 20, title)
+    pdf.set_font("helvetica", size=10)
+    lines = ["Abstract"] + abstract + ["1 Introduction"] + body
+    for i, line in enumerate(lines):
+        pdf.text(20, 35 + 6 * i, line)
+    pdf.output(str(path))
+
+
+def test_pdfs_to_summaries_end_to_end(bart, data, tmp_path):
+    """PDFs -> prep docs -> prep summarization -> make summarize-arxiv (convert, a few updates
+    of the LED recipe through fairseq-hydra-train, ROUGE) -> summarize the PDFs."""
+    pdfs = tmp_path / "pdfs"
+    pdfs.mkdir()
+    rng = random.Random(7)
+    for i in range(6):
+        code = rng.choice(CODES)
+        body = [" ".join(rng.choice(FILL) for _ in range(12)) + f" {code}" for _ in range(10)]
+        make_pdf(pdfs / f"paper{i}.pdf", f"Paper {i}", [f"topic {code}."], body)
+    bpe = data["bpe"]
+    tokenizer = ["--encoder-json", bpe / "encoder.json", "--vocab-bpe", bpe / "vocab.bpe", "--dict", bpe / "dict.txt"]
+    assert (
+        cli(
+            "prep", "docs", "--source", f"papers=pdf:{pdfs}", *tokenizer, "--out", tmp_path / "docs", "--workers", "1"
+        ).returncode
+        == 0
+    )
+    papers = [json.loads(line) for line in (tmp_path / "docs" / "papers.jsonl").read_text().splitlines()]
+    assert len(papers) == 6 and all(p["abstract"].startswith("topic z") for p in papers)
+    papers_jsonl = tmp_path / "docs" / "papers.jsonl"  # the same papers in every split: a smoke test
+    splits = ["--train", papers_jsonl, "--valid", papers_jsonl, "--test", papers_jsonl]
+    result = cli("prep", "summarization", "--format", "papers", *splits, *tokenizer, "--out", tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+
+    overrides = [
+        "common.cpu=true",
+        "common.fp16=false",
+        "task.max_source_positions=512",
+        "model.max_source_positions=512",
+        "model.max_target_positions=128",
+        "task.max_target_positions=128",
+        "model.attention_window=\"'32'\"",
+        "model.checkpoint_activations=false",
+        "dataset.batch_size=2",
+        "optimization.update_freq=[1]",
+        "optimization.max_update=4",
+        "lr_scheduler.warmup_updates=1",
+        "lr_scheduler.total_num_update=4",
+        "dataset.num_workers=0",
+        "dataset.validate_interval_updates=4",
+        "checkpoint.save_interval_updates=4",
+    ]
+    overrides += [f"+model.{k}={v}" for k, v in SIZES.items()]
+    out = run(
+        "make",
+        "--no-print-directory",
+        "-o",
+        ".venv/.installed",
+        "summarize-arxiv",
+        f"BART={bart}",
+        f"DATA={tmp_path / 'bin'}",
+        f"GPT2={bpe}",
+        "LED_SIZE=base",
+        f"SUM_SAVE={tmp_path / 'runs'}",
+        "CONVERT_ARGS=--max-source-positions 512 --window 32",
+        "HYDRA_ARGS=" + " ".join(overrides),
+        "SUMMARIZE_ARGS=--min-len 1 --max-len 8",
+    )
+    assert "converted" in out and "ROUGE (test" in out
+    checkpoint = tmp_path / "runs" / "base_16k" / "checkpoint_best.pt"
+    result = cli(
+        "summarize",
+        checkpoint,
+        *sorted(pdfs.glob("*.pdf"))[:2],
+        "--encoder-json",
+        bpe / "encoder.json",
+        "--vocab-bpe",
+        bpe / "vocab.bpe",
+        "--min-len",
+        "1",
+        "--max-len",
+        "8",
+        "--out",
+        tmp_path / "s.jsonl",
+    )
+    assert result.returncode == 0, result.stderr
+    summaries = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [Path(s["id"]).name for s in summaries] == ["paper0.pdf", "paper1.pdf"]
+    assert all(s["summary"].strip() for s in summaries)
+
+
+def test_bad_input_gives_clear_errors(bart, data, tmp_path):
+    def fails(*args):
+        result = cli(*args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        return result.stderr
+
+    (tmp_path / "fake").mkdir()
+    torch.save(
+        {
+            "model": {"encoder.sentence_encoder.embed_tokens.weight": torch.zeros(3, 2)},
+            "cfg": {"model": {"_name": "roberta_base"}},
+            "optimizer_history": [
+                {"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {}, "num_updates": 0}
+            ],
+            "extra_state": {"train_iterator": {"epoch": 1}},
+        },
+        tmp_path / "fake" / "model.pt",
+    )
+    (tmp_path / "fake" / "dict.txt").write_text("a 1\n")
+    assert "not a fairseq BART-like encoder-decoder (model: roberta_base)" in fails(
+        "convert-bart", tmp_path / "fake", "--out", tmp_path / "a"
+    )
+    (tmp_path / "nodict").mkdir()
+    (tmp_path / "nodict" / "model.pt").write_bytes((bart / "model.pt").read_bytes())
+    assert "dict.txt next to the checkpoint" in fails("convert-bart", tmp_path / "nodict", "--out", tmp_path / "b")
+    assert "smaller than the checkpoint's 128" in fails(
+        "convert-bart", bart, "--out", tmp_path / "c", "--max-source-positions", "64"
+    )
+    bpe = data["bpe"]
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
+    assert "no string field 'text'" in fails(
+        "summarize",
+        bart / "model.pt",
+        tmp_path / "docs.jsonl",
+        "--encoder-json",
+        bpe / "encoder.json",
+        "--vocab-bpe",
+        bpe / "vocab.bpe",
+    )
