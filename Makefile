@@ -21,6 +21,11 @@
 #                  continued MLM pretraining at 4,096 tokens (recipes/mlm/): converts the
 #                  RoBERTa checkpoint once (longformer-fs convert-roberta), then trains;
 #                  rerunning resumes
+#   make finetune-imdb / finetune-hyperpartisan / finetune-triviaqa / finetune-wikihop
+#        MODEL=path/model.pt DATA=dir [SEEDS=5]
+#                  fine-tuning on a long-document task (recipes/finetune/), the schedule fitted
+#                  to DATA's size (from longformer-fs prep classification|qa|wikihop); prints
+#                  the best dev accuracy/F1 (mean and std over SEEDS), or EM/F1 for TriviaQA
 #
 # Variables:
 #   PYTHON=python3        interpreter used to create the venv
@@ -43,6 +48,10 @@
 #   GPT2=dir              GPT-2's encoder.json and vocab.bpe (to turn summaries into text)
 #   SUM_SAVE=checkpoints/summarization   LED runs go to SUM_SAVE/<size>_16k
 #   CONVERT_ARGS=...      convert-bart options (default: 16384 source positions, window 512)
+#   MODEL=path/model.pt   a longformer_roberta checkpoint to fine-tune (its dict.txt, when one is
+#                         beside it, must be DATA's)
+#   FT_SAVE=checkpoints/finetune   fine-tuning runs go to FT_SAVE/<task>[/seedK]
+#   SEEDS=1               fine-tuning runs with seeds 1..SEEDS (the paper: 5 for Hyperpartisan)
 #   SUMMARIZE_ARGS=...    generation options, default "--min-len 100 --max-len 512" (beam 4,
 #                         length penalty 2.0, no repeated 3-grams: longformer-fs summarize --help)
 
@@ -93,6 +102,7 @@ CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
 .PHONY: help install test lint format info demo clean-venv eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
+	$(foreach t,$(FINETUNE_TASKS),finetune-$(t)) \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
@@ -173,6 +183,35 @@ summarize-arxiv: $(STAMP)
 	$(VENV)/bin/longformer-fs summarize $(SUM_SAVE)/$(LED_SIZE)_16k/checkpoint_best.pt --data $(DATA) --split test \
 		--encoder-json $(GPT2)/encoder.json --vocab-bpe $(GPT2)/vocab.bpe \
 		--out $(SUM_SAVE)/$(LED_SIZE)_16k/test_summaries.jsonl $(SUMMARIZE_ARGS)
+
+# Fine-tuning (paper §6): $(1) is a recipe in recipes/finetune/, $(2) the metric to report
+# (empty: score with eval-qa). The schedule is fitted to DATA's size by longformer_fs.recipes.
+# With SEEDS=n, run n seeds into FT_SAVE/$(1)/seedK and print the metric's mean and spread.
+MODEL ?=
+FT_SAVE ?= checkpoints/finetune
+SEEDS ?= 1
+FINETUNE_TASKS := imdb hyperpartisan triviaqa wikihop
+define finetune_run
+finetune-$(1): $(STAMP)
+	@test -n "$(MODEL)" || { echo "error: set MODEL=path/model.pt, a longformer_roberta checkpoint" \
+		"(from longformer-fs convert-roberta or an MLM run)"; exit 2; }
+	@overrides=$$$$($(PY) -m longformer_fs.recipes finetune-overrides $(1) $(DATA) --nproc $(NPROC) --model $(MODEL)) \
+		|| exit 2; \
+	for seed in $$$$(seq 1 $(SEEDS)); do \
+		save=$(abspath $(FT_SAVE)/$(1))$$$$(test $(SEEDS) -gt 1 && echo /seed$$$$seed); \
+		echo ">> recipes/finetune/$(1).yaml, seed $$$$seed -> $$$$save ($$$$overrides)"; \
+		$(HYDRA_TRAIN) --config-dir recipes/finetune --config-name $(1) task.data=$(abspath $(DATA)) \
+			checkpoint.save_dir=$$$$save checkpoint.finetune_from_model=$(abspath $(MODEL)) common.seed=$$$$seed \
+			$$$$overrides $(HYDRA_ARGS) || exit $$$$?; \
+		best="$$$$best $$$$save/checkpoint_best.pt"; \
+	done; \
+	if [ -n "$(2)" ]; then $(PY) -m longformer_fs.recipes seed-summary $(2) $$$$best; \
+	else for ckpt in $$$$best; do $(VENV)/bin/longformer-fs eval-qa $$$$ckpt --data $(DATA) || exit $$$$?; done; fi
+endef
+$(eval $(call finetune_run,imdb,accuracy))
+$(eval $(call finetune_run,hyperpartisan,f1))
+$(eval $(call finetune_run,triviaqa,))
+$(eval $(call finetune_run,wikihop,accuracy))
 
 install: $(STAMP)
 

@@ -18,8 +18,9 @@ Inputs (by file name): ``.jsonl``/``.json``, one JSON object per line with the t
 label in ``text_field``/``label_field``; or ``.tsv``, whose header row names the columns
 the same way, or with ``text_column``/``label_column`` (1-based, as ``cut -f``) a file
 without a header. Labels may be strings (no white space), integers or booleans (written
-``true``/``false``). The splits are given files, or one input shuffled with a seed and
-cut by weights (``80,10,10`` -> 80%/10%/10%; the weights need not sum to 100).
+``0``/``1``, as fairseq's ``--report-acc-and-f1`` reads labels as integers, 1 the positive
+one). The splits are given files, or one input shuffled with a seed and cut by weights
+(``80,10,10`` -> 80%/10%/10%; the weights need not sum to 100).
 
 The labels are ``labels`` in that order, or else the training labels, sorted (numerically
 when they are all integers). A label outside them is an error naming its file and line.
@@ -91,8 +92,8 @@ class LabelledText:
 
 def label_symbol(value, origin: str) -> str:
     """A label value from the input as a dictionary symbol."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    if isinstance(value, bool):  # 0/1: fairseq's --report-acc-and-f1 reads labels as integers, 1 positive
+        return str(int(value))
     if isinstance(value, int):
         return str(value)
     if not isinstance(value, str):

@@ -39,16 +39,27 @@ def load_tokenizer(encoder_json: Path, vocab_bpe: Path):
 
 
 def dictionary_lookup(dict_txt: Path, gpt2_vocab_size: int) -> np.ndarray:
-    """``lut[gpt2_id] = fairseq id`` (``<unk>`` where the dictionary lacks the id)."""
+    """``lut[gpt2_id] = fairseq id`` (``<unk>`` where the dictionary lacks the id).
+
+    Symbols that are not GPT-2 ids may follow the ids (RoBERTa's ``madeupword`` padding,
+    symbols added for a task such as WikiHop's ``[q]``); one before them means the file
+    is not a GPT-2 BPE dictionary.
+    """
     if not Path(dict_txt).is_file():
         raise BpeError(f"{dict_txt}: not found (the model's fairseq dict.txt)")
     lut = np.full(gpt2_vocab_size, UNK, dtype=np.int64)
+    added = None  # the first symbol that is not a GPT-2 id
     for index, line in enumerate(Path(dict_txt).read_text(encoding="utf-8").splitlines()):
         symbol = line.rsplit(" ", 1)[0]
-        if symbol.isdigit() and int(symbol) < gpt2_vocab_size:
-            lut[int(symbol)] = NUM_SPECIALS + index
-        elif not symbol.startswith("madeupword") and symbol != "<mask>" and not symbol.isdigit():
-            raise BpeError(f"{dict_txt}:{index + 1}: {symbol!r} is not a GPT-2 id; is this RoBERTa's dict.txt?")
+        if symbol.isdigit():
+            if added is not None:
+                raise BpeError(f"{dict_txt}:{index + 1}: GPT-2 id {symbol} after the added symbol {added!r}")
+            if int(symbol) < gpt2_vocab_size:
+                lut[int(symbol)] = NUM_SPECIALS + index
+        elif index == 0:
+            raise BpeError(f"{dict_txt}:1: {symbol!r} is not a GPT-2 id; is this RoBERTa's dict.txt?")
+        else:
+            added = added or symbol
     return lut
 
 

@@ -246,7 +246,10 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
             lengths, prefixes, chunks = [], [], Counter()
             with open(staging.dir / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
                 for batch in _batched(examples, BATCH_EXAMPLES):
-                    texts = [t for ex in batch for t in (ex.question, *ex.candidates, *ex.supports)]
+                    # Each piece as it reads after a symbol or </s> in running text, with a space
+                    # before it: then a candidate's GPT-2 pieces are those of its mentions in the
+                    # supports (" england", not "england"), which the model must match.
+                    texts = [" " + t for ex in batch for t in (ex.question, *ex.candidates, *ex.supports)]
                     encoded = iter(encoder.encode(texts))
                     for ex in batch:
                         question = next(encoded)

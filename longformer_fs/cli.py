@@ -35,6 +35,10 @@ COMMANDS = {
         "document/summary pairs (prep docs papers, arXiv/PubMed, JSONL) as fairseq translation data for LED",
     ),
     "eval-bpc": ("longformer_fs.commands.eval_bpc", "test BPC of a character-LM checkpoint, paper protocol"),
+    "eval-qa": (
+        "longformer_fs.commands.eval_qa",
+        "exact match and F1 of a longformer_qa checkpoint on a prep qa split (answers cut from the text)",
+    ),
     "summarize": (
         "longformer_fs.commands.summarize",
         "summaries of text/JSONL/PDF documents (or a prepared split, with ROUGE) from an LED checkpoint",
@@ -50,7 +54,7 @@ COMMANDS = {
     ),
     "export-hf": (
         "longformer_fs.commands.export_hf",
-        "a longformer_roberta checkpoint as an HF transformers LongformerForMaskedLM directory",
+        "a longformer_roberta (masked LM or fine-tuned) or led checkpoint as an HF transformers model directory",
     ),
     "bench attention": (
         "longformer_fs.benchmarks.attention",
@@ -60,6 +64,10 @@ COMMANDS = {
     "bench led": (
         "longformer_fs.benchmarks.led",
         "training step of LED vs BART with full attention at source lengths 1K-16K (time, peak memory)",
+    ),
+    "bench finetune": (
+        "longformer_fs.benchmarks.finetune",
+        "QA training step of longformer_roberta_base at 4096 tokens vs HF LongformerForQuestionAnswering",
     ),
     "bench scale": (
         "longformer_fs.benchmarks.scale",

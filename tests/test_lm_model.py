@@ -92,6 +92,7 @@ def test_activation_checkpointing_gives_the_same_gradients():
 
 def test_layer_values_syntax():
     assert layer_values("8", 3) == (8, 8, 8)
+    assert layer_values(8, 3) == (8, 8, 8)  # Hydra reads `attention_window=8` as an int
     assert layer_values("1,2,3", 3) == (1, 2, 3)
     assert layer_values("32:8192", 12)[0] == 32 and layer_values("32:8192", 12)[-1] == 8192
     with pytest.raises(ValueError, match="attention windows"):

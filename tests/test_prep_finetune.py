@@ -186,7 +186,7 @@ def test_classification_tsv_input_split_by_seed(bpe, tmp_path):
     assert [len(made[0][s]) for s in ("train", "valid", "test")] == [12, 4, 4]
     assert sorted(t for texts in made[0].values() for t in texts) == sorted(t for t, _ in rows)
     assert made[0]["train"] != [t for t, _ in rows[:12]]  # shuffled
-    # Booleans are the symbols false/true, sorted; each label item is [4 + class, </s>].
+    # TSV labels are strings: false/true, sorted; each label item is [4 + class, </s>].
     labels = dict(rows)
     for split, texts in made[0].items():
         items = load(tmp_path / "a" / "label" / split)
@@ -202,12 +202,12 @@ def test_classification_integer_labels_sort_numerically(bpe, tmp_path):
     )
     assert result["labels"] == ["2", "10"]
     assert [item[0] for item in load(tmp_path / "out" / "label" / "train")] == [5, 4, 4, 5]
-    # JSON booleans are the symbols false and true.
+    # JSON booleans are the symbols 0 and 1.
     files = {
         "train": write_jsonl(tmp_path / "bools.jsonl", zip(documents(5, 3, words=5), [True, False, True], strict=True))
     }
     result = prepare_classification(ClassificationConfig(spec(bpe[0]), files), tmp_path / "b", log=lambda *_: None)
-    assert result["labels"] == ["false", "true"]
+    assert result["labels"] == ["0", "1"]
     assert [item[0] for item in load(tmp_path / "b" / "label" / "train")] == [5, 4, 5]
 
 
@@ -513,11 +513,13 @@ def test_wikihop_prefix_context_label_and_dictionary(bpe, wikihop):
     for example, question, prefix, context, label in zip(WIKIHOP, questions, prefixes, contexts, labels, strict=True):
         assert prefix[:2] == [0, q] and prefix[-1] == ent_end and 2 not in prefix
         body = prefix[2:]
-        assert decode(bpe, body[: body.index(q_end)]) == question
+        # Every piece is encoded as running text reads it, after a space: a candidate's pieces
+        # are then those of its mentions inside the supports.
+        assert decode(bpe, body[: body.index(q_end)]) == " " + question
         candidates = split_at(body[body.index(q_end) + 1 :], {ent, ent_end})
-        assert [decode(bpe, c) for c in candidates if c] == example["candidates"]
+        assert [decode(bpe, c) for c in candidates if c] == [" " + c for c in example["candidates"]]
         assert context[0] == 2 and context[-1] == 2
-        assert [decode(bpe, s) for s in split_at(context[1:-1], {2})] == example["supports"]
+        assert [decode(bpe, s) for s in split_at(context[1:-1], {2})] == [" " + s for s in example["supports"]]
         assert label == [example["candidates"].index(example["answer"])]
     listed = [json.loads(line) for line in (out / "train.examples.jsonl").read_text().splitlines()]
     assert listed == [{"id": e["id"], "candidates": e["candidates"], "answer": e["answer"]} for e in WIKIHOP]

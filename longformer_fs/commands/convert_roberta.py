@@ -37,11 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="new position rows: copies of RoBERTa's (paper) or random (the paper's ablation)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of --position-init random")
+    parser.add_argument(
+        "--add-tokens",
+        default="",
+        metavar="SYMBOLS",
+        help="comma-separated new dictionary symbols with random embedding rows, appended to dict.txt "
+        "(WikiHop: '[q],[/q],[ent],[/ent]'); existing rows are unchanged",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
-    report = convert_roberta(args.roberta, args.out, args.max_positions, args.window, args.position_init, args.seed)
+    extra = [t.strip() for t in args.add_tokens.split(",") if t.strip()]
+    report = convert_roberta(
+        args.roberta, args.out, args.max_positions, args.window, args.position_init, args.seed, extra_tokens=extra
+    )
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -53,6 +63,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"  positions: {old} -> {new} ({report['position_init']}; fairseq's 2 reserved rows kept)")
     print(f"  global projections: {report['global_projection_tensors']} tensors copied from q/k/v")
     print(f"  window: {report['window']} per side")
+    if report["added_tokens"]:
+        added = ", ".join(f"{symbol} (id {index})" for symbol, index in report["added_tokens"].items())
+        print(f"  added tokens: {added}")
     print(
         f"  next: fairseq-hydra-train --config-dir recipes/mlm --config-name longformer_base_4096 "
         f"task.data=DATA checkpoint.finetune_from_model={report['output']}"

@@ -11,12 +11,15 @@ from longformer_fs.conversion.hf import export_hf
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Write a directory that HF transformers loads offline: LongformerForMaskedLM for a longformer_roberta "
-        "checkpoint, LEDForConditionalGeneration for an led one (positions without fairseq's reserved rows): "
+        "Write a directory that HF transformers loads offline. A longformer_roberta checkpoint becomes "
+        "LongformerForMaskedLM, or, fine-tuned, LongformerForSequenceClassification (sentence_prediction), "
+        "LongformerForQuestionAnswering (longformer_qa) or LongformerForTokenClassification (longformer_wikihop's "
+        "per-candidate head); an led checkpoint becomes LEDForConditionalGeneration (positions without "
+        "fairseq's reserved rows). It writes "
         "config.json (attention_window = 2w per layer), the weights and, with --tokenizer, a tokenizer "
         "whose ids are the model's. Dilated or causal models have no HF counterpart and are refused."
     )
-    parser.add_argument("checkpoint", type=Path, help="a longformer_roberta checkpoint (.pt)")
+    parser.add_argument("checkpoint", type=Path, help="a longformer_roberta or led checkpoint (.pt)")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument(
         "--tokenizer",

@@ -1,5 +1,12 @@
-"""Export checkpoints to HF transformers: ``longformer_roberta`` as ``LongformerForMaskedLM``
-here, ``led`` as ``LEDForConditionalGeneration`` (:mod:`.hf_led`).
+"""Export checkpoints to HF transformers: ``longformer_roberta`` here, ``led`` as
+``LEDForConditionalGeneration`` (:mod:`.hf_led`).
+
+A ``longformer_roberta`` checkpoint becomes the HF class of its head: the masked-LM head
+-> ``LongformerForMaskedLM``; one sentence-classification head (fine-tuned with
+``sentence_prediction``) -> ``LongformerForSequenceClassification``, whose head is the same
+dense-tanh-projection of the first token; the ``qa`` token head (``longformer_qa``) ->
+``LongformerForQuestionAnswering``; another token head (``longformer_wikihop``'s
+``candidate``) -> ``LongformerForTokenClassification``, a linear map of every token too.
 
 The two models are the same network under different names: fairseq's RoBERTa layers
 are post-layernorm BERT layers, both number positions from ``padding_idx + 1``, and
@@ -16,7 +23,15 @@ from pathlib import Path
 
 import torch
 from fairseq import checkpoint_utils
-from transformers import AutoTokenizer, LongformerConfig, LongformerForMaskedLM, RobertaTokenizer
+from transformers import (
+    AutoTokenizer,
+    LongformerConfig,
+    LongformerForMaskedLM,
+    LongformerForQuestionAnswering,
+    LongformerForSequenceClassification,
+    LongformerForTokenClassification,
+    RobertaTokenizer,
+)
 
 from data_prep.fairseq_dataset import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
 from data_prep.gpt2_bpe import dictionary_lookup, dictionary_size, vocab_size
@@ -26,7 +41,7 @@ from ..models.checkpoints import model_config, model_name
 from ..modules.per_layer import layer_values
 from .hf_led import export_led
 
-# fairseq key -> HF key, for every tensor of LongformerForMaskedLM.
+# fairseq key -> HF key, for every tensor of the encoder and of the masked-LM head.
 _EMBEDDINGS = {
     layout.TOKEN_EMBEDDINGS: "longformer.embeddings.word_embeddings.weight",
     layout.POSITIONS: "longformer.embeddings.position_embeddings.weight",
@@ -79,10 +94,44 @@ def check_exportable(args, layers: int) -> list[int]:
     return list(windows)
 
 
-def hf_state_dict(state: dict, layers: int) -> dict:
-    """fairseq ``longformer_roberta`` weights under HF ``LongformerForMaskedLM`` names."""
-    out = {hf: state[fs] for fs, hf in {**_EMBEDDINGS, **_HEAD}.items()}
-    out["lm_head.decoder.bias"] = state[layout.LM_HEAD + "bias"]
+CLASSIFICATION_HEADS = "classification_heads."
+TOKEN_HEADS = "token_heads."
+QA_HEAD = "qa"  # the longformer_qa task's token head
+
+
+def task_head(args, state: dict) -> tuple[type, dict, dict]:
+    """The HF class for the checkpoint's head, its weights under HF names, and config settings."""
+    heads = sorted({k[len(CLASSIFICATION_HEADS) :].split(".")[0] for k in state if k.startswith(CLASSIFICATION_HEADS)})
+    tokens = sorted({k[len(TOKEN_HEADS) :].split(".")[0] for k in state if k.startswith(TOKEN_HEADS)})
+    if len(heads) + len(tokens) > 1:
+        raise ExportError(f"checkpoint: {len(heads) + len(tokens)} task heads ({heads + tokens}); an HF model has one")
+    if heads:
+        prefix = f"{CLASSIFICATION_HEADS}{heads[0]}."
+        if getattr(args, "pooler_activation_fn", "tanh") != "tanh":
+            raise ExportError(
+                f"checkpoint: classification head with {args.pooler_activation_fn}; HF's Longformer head is tanh"
+            )
+        weights = {
+            f"classifier.{m}.{p}": state[f"{prefix}{m}.{p}"] for m in ("dense", "out_proj") for p in ("weight", "bias")
+        }
+        return LongformerForSequenceClassification, weights, {"num_labels": weights["classifier.out_proj.bias"].numel()}
+    if tokens:
+        prefix = f"{TOKEN_HEADS}{tokens[0]}."
+        cls, name = (
+            (LongformerForQuestionAnswering, "qa_outputs")
+            if tokens[0] == QA_HEAD
+            else (LongformerForTokenClassification, "classifier")
+        )
+        weights = {f"{name}.{p}": state[prefix + p] for p in ("weight", "bias")}
+        return cls, weights, {"num_labels": weights[f"{name}.bias"].numel()}
+    weights = {hf: state[fs] for fs, hf in _HEAD.items()}
+    weights["lm_head.decoder.bias"] = state[layout.LM_HEAD + "bias"]
+    return LongformerForMaskedLM, weights, {}
+
+
+def hf_state_dict(state: dict, layers: int, head: dict) -> dict:
+    """fairseq ``longformer_roberta`` weights under HF Longformer names, ``head`` (HF names) added."""
+    out = {hf: state[fs] for fs, hf in _EMBEDDINGS.items()} | head
     # RoBERTa has no token types: one all-zero type embedding adds nothing.
     hidden = state[layout.TOKEN_EMBEDDINGS].shape[1]
     out["longformer.embeddings.token_type_embeddings.weight"] = torch.zeros(1, hidden)
@@ -93,9 +142,10 @@ def hf_state_dict(state: dict, layers: int) -> dict:
     return {k: v.detach().clone().contiguous() for k, v in out.items()}
 
 
-def hf_config(args, state: dict, windows: list[int]):
+def hf_config(args, state: dict, windows: list[int], **settings):
     vocab, hidden = state[layout.TOKEN_EMBEDDINGS].shape
     return LongformerConfig(
+        **settings,
         vocab_size=vocab,
         hidden_size=hidden,
         num_hidden_layers=len(windows),
@@ -150,12 +200,13 @@ def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
 
 
 def export_longformer(args, state: dict):
-    """``longformer_roberta`` as ``LongformerForMaskedLM``: the model and a report."""
+    """``longformer_roberta`` as the HF Longformer class of its head: the model and a report."""
     weights = state["model"]
     layers = layout.encoder_layers(weights)
     windows = check_exportable(args, layers)
-    model = LongformerForMaskedLM(hf_config(args, weights, windows))
-    missing, unexpected = model.load_state_dict(hf_state_dict(weights, layers), strict=False)
+    cls, head, settings = task_head(args, weights)
+    model = cls(hf_config(args, weights, windows, **settings))
+    missing, unexpected = model.load_state_dict(hf_state_dict(weights, layers, head), strict=False)
     if unexpected or [k for k in missing if not k.endswith("position_ids")]:
         raise ExportError(
             f"checkpoint: weights do not map onto HF Longformer (missing {missing}, unexpected {unexpected})"
@@ -164,7 +215,7 @@ def export_longformer(args, state: dict):
         "layers": layers,
         "attention_window_hf": [2 * w for w in windows],
         "vocab": weights[layout.TOKEN_EMBEDDINGS].shape[0],
-        "model_class": "LongformerForMaskedLM",
+        "model_class": cls.__name__,
     }
     return model, report
 

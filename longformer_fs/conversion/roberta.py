@@ -17,6 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
+from data_prep.fairseq_dataset import NUM_SPECIALS
+
 from ..models import longformer_roberta as layout
 from ..models.checkpoints import add_global_projections, config_set, reserved_position_rows, save_start_checkpoint
 from ..modules.per_layer import layer_values
@@ -43,8 +47,45 @@ def check_roberta_like(state_dict: dict, name: str | None) -> int:
     return layers
 
 
+def add_tokens(weights: dict, dictionary_lines: list[str], symbols: list[str], seed: int = 0) -> tuple[list[str], dict]:
+    """New dictionary symbols with random embedding rows (WikiHop's ``[q] [/q] [ent] [/ent]``).
+
+    The symbols missing from the dictionary are appended to it, and rows for them are
+    inserted where their ids fall: after the dictionary's rows, before a ``<mask>`` row
+    that a masked-LM checkpoint has at the end. Existing rows keep their values and ids.
+
+    Returns:
+        The new ``dict.txt`` lines, and ``{symbol: id}`` of the added symbols.
+    """
+    present = {line.rsplit(" ", 1)[0] for line in dictionary_lines}
+    new = [s for s in dict.fromkeys(symbols) if s not in present]
+    if not new:
+        return dictionary_lines, {}
+    embed = weights[layout.TOKEN_EMBEDDINGS]
+    first = NUM_SPECIALS + len(dictionary_lines)
+    if embed.shape[0] not in (first, first + 1):
+        raise NotRobertaError(
+            f"checkpoint: {embed.shape[0]} embedding rows for a {first}-symbol dictionary; is dict.txt the model's?"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    rows = (torch.randn(len(new), embed.shape[1], generator=gen, dtype=torch.float64) * 0.02).to(embed)
+    for key in (layout.TOKEN_EMBEDDINGS, layout.LM_HEAD + "weight"):  # tied, stored under both names
+        if key in weights:
+            weights[key] = torch.cat([weights[key][:first], rows, weights[key][first:]])
+    bias = layout.LM_HEAD + "bias"
+    if bias in weights:
+        weights[bias] = torch.cat([weights[bias][:first], weights[bias].new_zeros(len(new)), weights[bias][first:]])
+    return dictionary_lines + [f"{s} 1" for s in new], {s: first + i for i, s in enumerate(new)}
+
+
 def convert_roberta(
-    src: Path, out_dir: Path, max_positions: int = 4096, window: str = "256", position_init: str = "copy", seed: int = 0
+    src: Path,
+    out_dir: Path,
+    max_positions: int = 4096,
+    window: str = "256",
+    position_init: str = "copy",
+    seed: int = 0,
+    extra_tokens: list[str] | None = None,
 ) -> dict:
     """Convert ``src`` (a ``model.pt``, or a directory holding it and ``dict.txt``) into
     ``out_dir/model.pt`` + ``out_dir/dict.txt``. Returns a report of what changed."""
@@ -59,6 +100,8 @@ def convert_roberta(
         weights[layout.POSITIONS], max_positions, padding_idx, position_init, seed
     )
     added = add_global_projections(weights, layout.LAYERS)
+    dictionary_lines = source.dictionary.read_text(encoding="utf-8").splitlines()
+    dictionary_lines, new_tokens = add_tokens(weights, dictionary_lines, extra_tokens or [], seed)
 
     large = weights[layout.POSITIONS].shape[1] >= 1024
     arch = "longformer_roberta_large" if large else "longformer_roberta_base"
@@ -80,7 +123,7 @@ def convert_roberta(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_start_checkpoint(source.state, weights, out_dir / "model.pt")
-    (out_dir / "dict.txt").write_bytes(source.dictionary.read_bytes())
+    (out_dir / "dict.txt").write_text("".join(line + "\n" for line in dictionary_lines), encoding="utf-8")
     return {
         "source": str(source.path),
         "output": str(out_dir / "model.pt"),
@@ -91,4 +134,5 @@ def convert_roberta(
         "position_init": position_init,
         "global_projection_tensors": added,
         "window": str(window),
+        "added_tokens": new_tokens,
     }

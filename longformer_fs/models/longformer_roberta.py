@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import re
 
+import torch
+import torch.nn as nn
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import (
     RobertaEncoder,
@@ -68,7 +70,31 @@ class LongformerRobertaEncoder(RobertaEncoder):
 
 @register_model("longformer_roberta")
 class LongformerRobertaModel(RobertaModel):
-    """RoBERTa whose encoder reads long inputs through Longformer attention."""
+    """RoBERTa whose encoder reads long inputs through Longformer attention.
+
+    Besides RoBERTa's classification heads (on the first token), the model keeps token
+    heads: a linear map of every token's features, registered by the fine-tuning tasks
+    (extractive QA: 2 outputs, start and end; multiple choice: 1, at the candidates).
+    """
+
+    def __init__(self, args, encoder):
+        super().__init__(args, encoder)
+        self.token_heads = nn.ModuleDict()
+
+    def register_token_head(self, name: str, num_outputs: int) -> None:
+        if name in self.token_heads:
+            if self.token_heads[name].out_features != num_outputs:
+                raise ValueError(
+                    f"token head {name!r}: has {self.token_heads[name].out_features} outputs, asked for {num_outputs}"
+                )
+            return
+        head = nn.Linear(self.encoder.sentence_encoder.embed_tokens.embedding_dim, num_outputs)
+        init_bert_params(head)
+        self.token_heads[name] = head
+
+    def token_logits(self, name: str, features: torch.Tensor) -> torch.Tensor:
+        """``(B, T, C)`` features -> ``(B, T, num_outputs)`` logits of token head ``name``."""
+        return self.token_heads[name](features)
 
     @staticmethod
     def add_args(parser):
@@ -124,6 +150,24 @@ class LongformerRobertaModel(RobertaModel):
                 f"{key}: the checkpoint has {state_dict[key].shape[0] - reserved} positions but this model "
                 f"{expected}; convert it first with `longformer-fs convert-roberta --max-positions {expected}`"
             )
+        key = prefix + TOKEN_EMBEDDINGS
+        rows = encoder.embed_tokens.weight.shape[0]
+        if key in state_dict and state_dict[key].shape[0] != rows:
+            raise ValueError(
+                f"{key}: the checkpoint has {state_dict[key].shape[0]} token embeddings but the task's "
+                f"dictionary {rows}; a dictionary with new symbols (WikiHop's) needs them in the checkpoint: "
+                "`longformer-fs convert-roberta --add-tokens '[q],[/q],[ent],[/ent]'`"
+            )
+        # Token heads the checkpoint lacks (fine-tuning starts) keep their new weights;
+        # heads of another task in the checkpoint are left out.
+        heads = prefix + "token_heads."
+        registered = self.token_heads.state_dict()
+        for key in [k for k in state_dict if k.startswith(heads)]:
+            if key[len(heads) :] not in registered:
+                logger.info("dropping token head %s (not registered by this task)", key)
+                del state_dict[key]
+        for key, value in registered.items():
+            state_dict.setdefault(heads + key, value)
         super().upgrade_state_dict_named(state_dict, name)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def layer_values(spec: str | Sequence[int], num_layers: int, name: str = "attention windows") -> tuple[int, ...]:
+def layer_values(spec: str | int | Sequence[int], num_layers: int, name: str = "attention windows") -> tuple[int, ...]:
     """One value per layer from "w", "w0,w1,..." or "w_bottom:w_top" (geometric).
 
-    Used for windows and for dilations; ``name`` is the setting named in errors.
+    Used for windows and for dilations; ``name`` is the setting named in errors. A bare
+    int is "w": Hydra types ``model.attention_window=32`` on the command line as one.
     """
     try:
         values = _parse(spec, num_layers, name)
@@ -23,8 +24,10 @@ def layer_values(spec: str | Sequence[int], num_layers: int, name: str = "attent
     return tuple(values)
 
 
-def _parse(spec: str | Sequence[int], num_layers: int, name: str) -> list[int]:
-    if not isinstance(spec, str):
+def _parse(spec: str | int | Sequence[int], num_layers: int, name: str) -> list[int]:
+    if isinstance(spec, int):
+        values = [spec]
+    elif not isinstance(spec, str):
         values = [int(x) for x in spec]
     elif ":" in spec:
         lo, hi = (int(x) for x in spec.split(":"))

@@ -1,0 +1,142 @@
+"""``longformer-fs bench finetune``: one QA training step of ours against HF transformers.
+
+Both sides are ``longformer_roberta_base``'s shape (12 layers, width 768, 12 heads, window
+256 per side) on one sequence of ``--seq-len`` tokens whose first ``--global-tokens``
+tokens (``<s>`` question ``</s>``) attend globally, the paper's TriviaQA setting. HF's
+``LongformerForQuestionAnswering`` gets our weights through the ``export-hf`` mapping, so
+the two compute the same function (the export tests check that to 1e-5); the step is
+forward, start/end cross-entropy and backward. Every measurement runs in its own process,
+so one that outgrows the memory is a result ("killed") rather than the end of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import types
+from pathlib import Path
+
+import torch
+from fairseq.data import Dictionary
+from tqdm import tqdm
+
+from data_prep.fairseq_dataset import BOS, EOS, PAD
+
+from ..conversion.hf import export_longformer
+from ..models.longformer_roberta import LongformerRobertaModel
+from .measure import median_time, peak_memory_bytes, run_isolated
+
+VOCAB = 50265  # RoBERTa's dictionary, <mask> included
+QA_HEAD = "qa"
+KINDS = ("ours", "hf")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
+    parser.add_argument("--global-tokens", type=int, default=64, help="leading tokens with global attention")
+    parser.add_argument("--window", type=int, default=256, help="one-sided window (HF's attention_window is twice)")
+    parser.add_argument("--layers", type=int, default=None, help="override the depth (default: base, 12)")
+    parser.add_argument("--batch-size", type=int, default=1, help="sequences per step")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--fp16", action="store_true", help="autocast to float16 (CUDA; the paper's mixed precision)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed steps per measurement (median)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--out", type=Path, default=Path("bench_out/finetune"), help="directory for results.json")
+
+
+def build_ours(window: int, layers: int | None, seq_len: int) -> LongformerRobertaModel:
+    """An untrained ``longformer_roberta_base`` with a start/end token head."""
+    dictionary = Dictionary()
+    for i in range(VOCAB - len(dictionary)):
+        dictionary.add_symbol(str(i))
+    args = argparse.Namespace(max_positions=seq_len, attention_window=str(window), dropout=0.0, attention_dropout=0.0)
+    if layers:
+        args.encoder_layers = layers
+    model = LongformerRobertaModel.build_model(args, types.SimpleNamespace(source_dictionary=dictionary))
+    model.register_token_head(QA_HEAD, 2)
+    return model
+
+
+def step_measurement(
+    kind: str, seq_len: int, global_tokens: int, window: int, layers: int | None, batch_size: int,
+    device: str, fp16: bool, repeat: int,
+) -> dict:  # fmt: skip
+    """Seconds and peak bytes of one training step of ``kind`` (run in a child process)."""
+    torch.manual_seed(0)
+    ours = build_ours(window, layers, seq_len)
+    if kind == "hf":
+        model, _ = export_longformer(ours.args, {"model": ours.state_dict()})
+        del ours
+    else:
+        model = ours
+    model = model.to(device).train()
+    tokens = torch.randint(4, VOCAB - 1, (batch_size, seq_len), device=device)
+    tokens[:, 0], tokens[:, global_tokens - 1], tokens[:, -1] = BOS, EOS, EOS
+    question = torch.zeros_like(tokens, dtype=torch.bool)
+    question[:, :global_tokens] = True
+    gold = torch.randint(global_tokens, seq_len - 1, (2, batch_size), device=device)
+    autocast = torch.autocast("cuda", dtype=torch.float16) if fp16 else contextlib.nullcontext()
+
+    def logits():
+        if kind == "hf":
+            out = model(input_ids=tokens, attention_mask=(tokens != PAD).long(), global_attention_mask=question.long())
+            return out.start_logits, out.end_logits
+        features, _ = model(tokens, global_attention_mask=question, features_only=True)
+        both = model.token_logits(QA_HEAD, features)
+        return both[..., 0], both[..., 1]
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        with autocast:
+            start, end = logits()
+            loss = torch.nn.functional.cross_entropy(start.float(), gold[0])
+            loss = loss + torch.nn.functional.cross_entropy(end.float(), gold[1])
+        loss.backward()
+
+    seconds = median_time(step, device, repeat=repeat, warmup=1)
+    peak = peak_memory_bytes(step, device)
+    return {"step_s": seconds, "tokens_per_s": batch_size * seq_len / seconds, "peak_gib": peak / 2**30}
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.fp16 and args.device == "cpu":
+        print("error: --fp16 needs --device cuda")
+        return 2
+    if not 0 < args.global_tokens < args.seq_len:
+        print(f"error: --global-tokens must be in [1, {args.seq_len}), got {args.global_tokens}")
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for kind in tqdm(KINDS, desc="bench finetune", unit="model"):
+        results[kind] = run_isolated("longformer_fs.benchmarks.finetune:step_measurement", args.threads, kind=kind,
+                                     seq_len=args.seq_len, global_tokens=args.global_tokens, window=args.window,
+                                     layers=args.layers, batch_size=args.batch_size, device=args.device,
+                                     fp16=args.fp16, repeat=args.repeat)  # fmt: skip
+    ours, hf = results["ours"], results["hf"]
+    layers = args.layers or 12
+    print(
+        f"one QA training step (forward, start/end loss, backward): {layers} layers x 768, window {args.window} "
+        f"per side, {args.batch_size} x {args.seq_len} tokens, {args.global_tokens} global; {args.device}"
+        f"{' fp16' if args.fp16 else ''}, {args.threads} thread(s)"
+    )
+    print(f"{'model':<44} {'step s':>8} {'tok/s':>8} {'peak GiB':>9}")
+    names = {"ours": "ours (longformer_roberta_base)", "hf": "HF LongformerForQuestionAnswering"}
+    for kind, result in results.items():
+        if "error" in result:
+            print(f"{names[kind]:<44} {result['error'][:60]}")
+        else:
+            print(
+                f"{names[kind]:<44} {result['step_s']:>8.3f} {result['tokens_per_s']:>8.0f} {result['peak_gib']:>9.2f}"
+            )
+    summary = {"rows": results, "settings": {k: str(v) for k, v in vars(args).items() if k != "func"}}
+    if "error" not in ours and "error" not in hf:
+        summary["speedup"] = hf["step_s"] / ours["step_s"]
+        summary["memory_ratio"] = ours["peak_gib"] / hf["peak_gib"]
+        print(
+            f"speedup (HF time / ours) {summary['speedup']:.2f}x (target >= 2); "
+            f"memory (ours / HF) {summary['memory_ratio']:.2f} (target <= 1)"
+        )
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
+    print(f"wrote {args.out / 'results.json'}")
+    return 0

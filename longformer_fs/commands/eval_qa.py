@@ -1,0 +1,55 @@
+"""``longformer-fs eval-qa``: exact match and F1 of a ``longformer_qa`` checkpoint on a ``prep qa`` split."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from longformer_fs.evaluation.checkpoint import load_model
+from longformer_fs.evaluation.qa import predict_answers, score_split
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run every window of a `prep qa` split through a longformer_qa checkpoint (question tokens global), take "
+        "each example's best span over its windows (at most --max-answer-tokens long), cut it from the original "
+        "context by the prepared character offsets, and score it with SQuAD/TriviaQA normalisation. TriviaQA is "
+        "also scored per question (the best answer over the question's entity pages, the official Wikipedia "
+        "setting). Examples without a predicted answer, or without an answer in the text, score 0."
+    )
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint fine-tuned with --task longformer_qa")
+    parser.add_argument("--data", type=Path, required=True, help="the `prep qa` directory")
+    parser.add_argument("--split", default="valid", help="the split to score")
+    parser.add_argument(
+        "--max-answer-tokens", type=int, default=None, help="the longest answer (default: the task's, 30)"
+    )
+    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--predictions", type=Path, default=None, help="write {id: answer text} here (JSON)")
+    parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.max_answer_tokens is not None and args.max_answer_tokens < 1:
+        raise ValueError(f"--max-answer-tokens: {args.max_answer_tokens}; give at least 1")
+    model, task = load_model(args.checkpoint, args.data, args.device)
+    if not hasattr(task, "windows"):
+        raise ValueError(f"{args.checkpoint}: trained with task {type(task).__name__}, not longformer_qa")
+    task.load_dataset(args.split)
+    predictions = predict_answers(model, task, args.split, args.max_answer_tokens, args.batch_size, args.device)
+    scores = score_split(task, args.split, predictions)
+    if args.predictions:
+        texts = {k: (p.text if p is not None else "") for k, p in predictions.items()}
+        args.predictions.write_text(json.dumps(texts, indent=1, ensure_ascii=False), encoding="utf-8")
+    if args.json:
+        print(json.dumps(scores, indent=2))
+        return 0
+    for level, s in scores.items():
+        print(
+            f"{args.split} ({level}): EM {s['exact_match']:.2f}  F1 {s['f1']:.2f}  over {s['count']} "
+            f"{level} ({s['missing']} without a prediction)"
+        )
+    return 0

@@ -1,0 +1,60 @@
+"""fairseq adapter: the ``longformer_wikihop`` criterion, cross-entropy over candidates.
+
+Each chunk gives a logit at every ``[ent]`` of its prefix; a candidate's logit is the
+mean over the example's chunks; the loss is the cross-entropy of the answer among the
+example's candidates, logged in bits per example, with accuracy.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+
+from longformer_fs.modules.task_heads import average_over_chunks
+from longformer_fs.tasks.multiple_choice import CANDIDATE_HEAD
+
+
+def candidate_logits(model, sample) -> torch.Tensor:
+    """``(B, C)`` logits of each example's candidates, averaged over its chunks (-inf for padding)."""
+    features, _ = model(**sample["net_input"], features_only=True)
+    per_token = model.token_logits(CANDIDATE_HEAD, features)[..., 0].float()  # (chunks, T)
+    owner = sample["owner"]
+    per_chunk = per_token.gather(1, sample["candidates"][owner])  # (chunks, C)
+    logits = average_over_chunks(per_chunk, owner, len(sample["target"]))
+    return logits.masked_fill(~sample["candidate_mask"], float("-inf"))
+
+
+@register_criterion("longformer_wikihop", dataclass=FairseqDataclass)
+class MultipleChoiceCriterion(FairseqCriterion):
+    def forward(self, model, sample, reduce=True):
+        logits = candidate_logits(model, sample)
+        target = sample["target"]
+        loss = F.cross_entropy(logits, target, reduction="sum")
+        correct = int((logits.argmax(dim=1) == target).sum())
+        return (
+            loss,
+            len(target),
+            {
+                "loss": loss.data,
+                "ntokens": sample["ntokens"],
+                "nsentences": len(target),
+                "sample_size": len(target),
+                "ncorrect": correct,
+            },
+        )
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        loss = sum(log.get("loss", 0) for log in logging_outputs)
+        examples = sum(log.get("sample_size", 0) for log in logging_outputs)
+        correct = sum(log.get("ncorrect", 0) for log in logging_outputs)
+        metrics.log_scalar("loss", loss / max(examples, 1) / math.log(2), examples, round=3)
+        if examples:
+            metrics.log_scalar("accuracy", 100.0 * correct / examples, examples, round=2)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

@@ -1,0 +1,55 @@
+"""fairseq adapter: the ``longformer_qa`` criterion, Clark and Gardner's OR loss.
+
+The answer text is matched at every occurrence in the window (``prep qa``); the loss is
+``-log sum p(gold starts) - log sum p(gold ends)`` over the window's document tokens
+(:func:`~longformer_fs.modules.task_heads.or_span_loss`), logged in bits per window
+with an answer. ``span_acc`` is the share of those windows whose best start and best end
+are gold positions.
+"""
+
+import math
+
+import torch
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+
+from longformer_fs.modules.task_heads import or_span_loss
+from longformer_fs.tasks.question_answering import QA_HEAD
+
+
+@register_criterion("longformer_qa", dataclass=FairseqDataclass)
+class QuestionAnsweringCriterion(FairseqCriterion):
+    def forward(self, model, sample, reduce=True):
+        features, _ = model(**sample["net_input"], features_only=True)
+        logits = model.token_logits(QA_HEAD, features).float()
+        starts, ends, allowed = sample["starts"], sample["ends"], sample["document_mask"]
+        loss, answered = or_span_loss(logits[..., 0], logits[..., 1], starts, ends, allowed)
+        with torch.no_grad():
+            best = logits.masked_fill(~allowed[..., None], float("-inf")).argmax(dim=1)  # (B, 2)
+            hit = (best[:, :1] == starts).any(dim=1) & (best[:, 1:] == ends).any(dim=1) & (starts >= 0).any(dim=1)
+        sample_size = int(answered)
+        return (
+            loss,
+            sample_size,
+            {
+                "loss": loss.data,
+                "ntokens": sample["ntokens"],
+                "nsentences": sample["nsentences"],
+                "sample_size": sample_size,
+                "span_hits": int(hit.sum()),
+            },
+        )
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        loss = sum(log.get("loss", 0) for log in logging_outputs)
+        answered = sum(log.get("sample_size", 0) for log in logging_outputs)
+        hits = sum(log.get("span_hits", 0) for log in logging_outputs)
+        metrics.log_scalar("loss", loss / max(answered, 1) / math.log(2), answered, round=3)
+        if answered:
+            metrics.log_scalar("span_acc", 100.0 * hits / answered, answered, round=2)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

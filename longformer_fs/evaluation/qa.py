@@ -1,0 +1,135 @@
+"""Answers of a ``longformer_qa`` checkpoint over a ``prep qa`` split, and their scores.
+
+Every window of an example is read by the model (question global, as in training); the
+example's answer is the best span over its windows (:mod:`.qa_spans`), cut from the
+original context through the window's character offsets, so the prediction is the text
+as written, never a detokenised guess. TriviaQA (Wikipedia setting) is scored per
+question: a question's answer is the best-scoring one over its entity pages, whose
+example ids are ``"<QuestionId>--<page>"``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..tasks.question_answering import QA_HEAD
+from .qa_metrics import qa_scores
+from .qa_spans import SpanPrediction, best_span_over_windows
+
+TRIVIAQA_PAGE_SEPARATOR = "--"
+
+
+@dataclass(frozen=True)
+class WindowLogits:
+    """The start and end logits of one window's tokens, float32 ``(n,)`` each."""
+
+    index: int
+    start: np.ndarray
+    end: np.ndarray
+
+
+def window_logits(
+    model, task, split: str, batch_size: int = 8, device: str | torch.device = "cpu", progress: bool = True
+) -> Iterator[WindowLogits]:
+    """Every window of ``split`` through the model, in file order, ``batch_size`` at a time."""
+    dataset = task.dataset(split)
+    bar = tqdm(total=len(dataset), unit="window", desc=f"qa {split}", disable=not progress, leave=False)
+    with torch.inference_mode():
+        for first in range(0, len(dataset), batch_size):
+            indices = range(first, min(first + batch_size, len(dataset)))
+            batch = dataset.collater([dataset[i] for i in indices])
+            net_input = {k: v.to(device) for k, v in batch["net_input"].items()}
+            features, _ = model(**net_input, features_only=True)
+            logits = model.token_logits(QA_HEAD, features).float().cpu().numpy()
+            for row, index in enumerate(indices):
+                n = dataset.num_tokens(index)
+                yield WindowLogits(index, logits[row, :n, 0], logits[row, :n, 1])
+            bar.update(len(indices))
+    bar.close()
+
+
+def predict_answers(
+    model,
+    task,
+    split: str,
+    max_answer_tokens: int | None = None,
+    batch_size: int = 8,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> dict[str, SpanPrediction | None]:
+    """Example id -> its best span over its windows (None when no window holds document text).
+
+    ``prep qa`` writes an example's windows one after another, so each example is
+    decided as soon as its last window is read.
+    """
+    if split not in task.datasets:
+        task.load_dataset(split)
+    max_answer_tokens = max_answer_tokens or task.cfg.max_answer_tokens
+    windows, examples, offsets = task.windows(split), task.examples(split), task.offsets(split)
+    if not len(windows) == len(offsets) == len(task.dataset(split)):
+        raise ValueError(
+            f"{split}: {len(windows)} windows listed, {len(offsets)} offsets, {len(task.dataset(split))} token "
+            "windows; the split is incomplete, prepare it again"
+        )
+    contexts = {example["id"]: example["context"] for example in examples}
+    predictions: dict[str, SpanPrediction | None] = {}
+    pending: list[WindowLogits] = []
+
+    def decide() -> None:
+        example = windows[pending[0].index]["id"]
+        predictions[example] = best_span_over_windows(
+            [w.start for w in pending],
+            [w.end for w in pending],
+            [offsets[w.index].numpy() for w in pending],
+            contexts[example],
+            max_answer_tokens,
+        )
+        pending.clear()
+
+    for item in window_logits(model, task, split, batch_size, device, progress):
+        if pending and windows[item.index]["id"] != windows[pending[0].index]["id"]:
+            decide()
+        pending.append(item)
+    if pending:
+        decide()
+    return predictions
+
+
+def best_per_question(predictions: dict[str, SpanPrediction | None]) -> dict[str, SpanPrediction | None]:
+    """TriviaQA: ``"<QuestionId>--<page>"`` predictions -> the best-scoring one per question."""
+    best: dict[str, SpanPrediction | None] = {}
+    for example, prediction in predictions.items():
+        question = example.split(TRIVIAQA_PAGE_SEPARATOR, 1)[0]
+        current = best.get(question)
+        if current is None or (prediction is not None and prediction.score > current.score):
+            best[question] = prediction
+    return best
+
+
+def score_split(task, split: str, predictions: dict[str, SpanPrediction | None]) -> dict:
+    """Exact match and F1 (percent) over every example of the split, and per question for
+    TriviaQA. An example with no prediction scores 0, as do unanswerable ones."""
+    examples = task.examples(split)
+    texts = {k: (p.text if p is not None else "") for k, p in predictions.items()}
+    scores = {"examples": qa_scores(texts, examples)}
+    if task_format(task) == "triviaqa":
+        questions = {}
+        for example in examples:
+            questions.setdefault(example["id"].split(TRIVIAQA_PAGE_SEPARATOR, 1)[0], example["answers"])
+        per_question = best_per_question(predictions)
+        texts = {k: (p.text if p is not None else "") for k, p in per_question.items()}
+        scores["questions"] = qa_scores(texts, [{"id": q, "answers": a} for q, a in questions.items()])
+    return scores
+
+
+def task_format(task) -> str | None:
+    """The input format ``prep qa`` read (``triviaqa`` or ``squad``), from its stats."""
+    path = Path(task.cfg.data) / "stats.json"
+    return json.loads(path.read_text())["format"] if path.is_file() else None

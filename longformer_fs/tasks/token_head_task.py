@@ -1,0 +1,83 @@
+"""The shared shape of the fine-tuning tasks over ``longformer-fs prep`` directories whose
+model gets a token head and takes its global attention from the batch (``longformer_qa``,
+``longformer_wikihop``).
+
+A subclass names its ``prep`` command (for error messages), its head and the head's
+outputs; it reads a split's files with :meth:`load_parts` and builds its dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+from fairseq.data import Dictionary, data_utils
+from fairseq.tasks import FairseqTask
+from omegaconf import OmegaConf, open_dict
+
+
+class TokenHeadTask(FairseqTask):
+    prep: str  # the `longformer-fs prep` command that makes the data
+    head: str  # the token head's name in the model (and in its checkpoints)
+    head_outputs: int  # logits per token
+    required_symbols: tuple[str, ...] = ()  # symbols dict.txt must hold
+
+    def __init__(self, cfg, dictionary: Dictionary):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        path = Path(cfg.data) / "dict.txt"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"task.data: {path} not found; prepare the data with `longformer-fs prep {cls.prep}`"
+            )
+        dictionary = Dictionary.load(str(path))
+        missing = [s for s in cls.required_symbols if dictionary.index(s) == dictionary.unk()]
+        if missing:
+            raise ValueError(
+                f"task.data: {path} lacks {missing}; prepare the data with `longformer-fs prep {cls.prep}`"
+            )
+        dictionary.add_symbol("<mask>")  # RoBERTa's embeddings have it, after dict.txt
+        return cls(cfg, dictionary)
+
+    def load_parts(self, split: str, names: tuple[str, ...]) -> dict:
+        """``{name: the mmap dataset {split}.{name}}``; a clear error for a missing one."""
+        prefix = Path(self.cfg.data) / split
+        parts = {}
+        for name in names:
+            parts[name] = data_utils.load_indexed_dataset(f"{prefix}.{name}", None, "mmap")
+            if parts[name] is None:
+                raise FileNotFoundError(f"task.data: {prefix}.{name}.bin/.idx not found (a prep {self.prep} split)")
+        return parts
+
+    def jsonl(self, split: str, name: str) -> list[dict]:
+        """``{split}.{name}.jsonl`` as ``prep`` wrote it, one dict per line."""
+        path = Path(self.cfg.data) / f"{split}.{name}.jsonl"
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+    def examples(self, split: str) -> list[dict]:
+        """``{split}.examples.jsonl``: one dict per example (ids, answers, candidates)."""
+        return self.jsonl(split, "examples")
+
+    def build_model(self, cfg, from_checkpoint=False):
+        with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
+            cfg.global_attention_from_data = True  # the batch says which tokens are global
+        model = super().build_model(cfg, from_checkpoint)
+        if not hasattr(model, "register_token_head"):
+            raise ValueError(f"model: {type(model).__name__} has no token heads; use --arch longformer_roberta_*")
+        model.register_token_head(self.head, self.head_outputs)
+        return model
+
+    def max_positions(self):
+        return self.cfg.max_positions
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
