@@ -45,6 +45,7 @@ from .fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    file_stamp,
     finished_manifest,
     guard_out_dir,
 )
@@ -199,23 +200,18 @@ def _label_order(symbols: set[str]) -> list[str]:
     return sorted(symbols)
 
 
-def _stamp(path: Path) -> list:
-    st = Path(path).stat()
-    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
-
-
 def input_manifest(cfg: ClassificationConfig) -> dict:
     """What the output depends on: the input files' sizes and mtimes, and every option."""
     return {
-        "files": {split: _stamp(path) for split, path in cfg.files.items()},
-        "input": _stamp(cfg.input) if cfg.input else None,
+        "files": {split: file_stamp(path) for split, path in cfg.files.items()},
+        "input": file_stamp(cfg.input) if cfg.input else None,
         "split_weights": list(cfg.split_weights) if cfg.input else None,
         "seed": cfg.seed if cfg.input else None,
         "fields": [cfg.text_field, cfg.label_field],
         "columns": [cfg.text_column, cfg.label_column],
         "labels": list(cfg.labels) if cfg.labels is not None else None,
         "report_length": cfg.report_length,
-        "subword": {"kind": cfg.subword.kind, "files": [_stamp(p) for p in cfg.subword.input_files()]},
+        "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
     }
 
 

@@ -30,13 +30,23 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import numpy as np
 from tqdm import tqdm
 
 from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
-from .fairseq_dataset import EOS, SPLITS, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
+from .fairseq_dataset import (
+    EOS,
+    SPLITS,
+    MmapWriter,
+    PrepError,
+    Staging,
+    batched,
+    file_stamp,
+    finished_manifest,
+    guard_out_dir,
+)
 from .subword import SubwordSpec
 
 KIND = "docs"
@@ -102,17 +112,6 @@ def _read_pdf_task(args: tuple[SourceSpec, Path]) -> Item:
 # ---------------------------------------------------------------- driver side
 
 
-def _batched(items: Iterable, size: int) -> Iterator[list]:
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def iter_items(cfg: DocPrepConfig, pool) -> Iterator[Item]:
     """Every document and skip record of every source, in a fixed order."""
     for spec in cfg.sources:
@@ -149,10 +148,6 @@ class _SplitWriter:
 def input_manifest(cfg: DocPrepConfig) -> dict:
     """What the output depends on: every input file's size and mtime, and every option."""
 
-    def stamp(path: Path) -> list:
-        st = path.stat()
-        return [str(path.resolve()), st.st_size, st.st_mtime_ns]
-
     return {
         "sources": [
             {
@@ -160,11 +155,11 @@ def input_manifest(cfg: DocPrepConfig) -> dict:
                 "kind": s.kind,
                 "path": str(s.path.resolve()),
                 "text_field": s.text_field,
-                "files": [stamp(p) for p in s.files()],
+                "files": [file_stamp(p) for p in s.files()],
             }
             for s in cfg.sources
         ],
-        "subword": {"kind": cfg.subword.kind, "files": [stamp(Path(p)) for p in cfg.subword.input_files()]},
+        "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
         "min_tokens": dict(sorted(cfg.min_tokens.items())),
         "fractions": dict(sorted(cfg.fractions.items())),
         "valid_fraction": cfg.valid_fraction,
@@ -249,7 +244,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
 
         # Chunks of batches go to the pool together: results come back in order, and
         # memory holds one chunk of texts however large the corpus.
-        batches = _batched(kept_documents(), BATCH_DOCS)
+        batches = batched(kept_documents(), BATCH_DOCS)
         while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
             texts = [[doc.text for doc, _ in batch] for batch in chunk]
             for batch, tokens in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):

@@ -11,7 +11,8 @@ made from and what came out. This module holds what they share:
 - :func:`finished_manifest`, which makes a rerun with the same inputs a no-op;
 - :class:`Staging`: files are written under ``OUT/.partial`` and moved in together, the
   manifest last, so an interrupted run never looks finished;
-- :class:`MmapWriter`, one fairseq mmap dataset written item by item.
+- :class:`MmapWriter`, one fairseq mmap dataset written item by item;
+- :func:`file_stamp` (what a manifest records of an input file) and :func:`batched`.
 
 fairseq itself is imported only where a dataset is written (:class:`MmapWriter`): the
 spawn workers of ``prep docs`` import their readers through this module, and importing
@@ -20,10 +21,11 @@ fairseq would add seconds to each worker's start.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -90,6 +92,20 @@ def finished_manifest(out: Path, kind: str, inputs: dict) -> dict | None:
     return manifest if same else None
 
 
+def file_stamp(path: Path) -> list:
+    """``[resolved path, size, mtime_ns]``: an input file as a manifest records it, so a
+    rerun notices an edited or replaced file."""
+    st = Path(path).stat()
+    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    """Lists of ``size`` consecutive items (the last one shorter), lazily."""
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
 class Staging:
     """A preparation's outputs, written under ``OUT/.partial`` and published together.
 
@@ -105,10 +121,19 @@ class Staging:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
 
-    def publish(self, kind: str, inputs: dict, **outputs) -> dict:
-        """Move the staged files in and write the manifest; returns it."""
+    def publish(self, kind: str, inputs: dict, owned: Iterable[str] = (), **outputs) -> dict:
+        """Move the staged files in and write the manifest; returns it.
+
+        ``owned`` names the files this kind of preparation may write: those in ``out``
+        that this run did not stage (a split an earlier run had) are removed, or they
+        would pass for this run's.
+        """
         manifest = {"format": FORMAT_VERSION, "kind": kind, "inputs": inputs, **outputs}
+        staged = {path.name for path in self.dir.iterdir()}
+        stale = [name for name in owned if name not in staged and (self.out / name).exists()]
         (self.out / MANIFEST).unlink(missing_ok=True)
+        for name in stale:
+            (self.out / name).unlink()
         for path in self.dir.iterdir():
             target = self.out / path.name
             if target.is_dir() and path.is_dir():

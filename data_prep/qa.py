@@ -60,7 +60,18 @@ import numpy as np
 import regex
 from tqdm import tqdm
 
-from .fairseq_dataset import BOS, EOS, SPLITS, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
+from .fairseq_dataset import (
+    BOS,
+    EOS,
+    SPLITS,
+    MmapWriter,
+    PrepError,
+    Staging,
+    batched,
+    file_stamp,
+    finished_manifest,
+    guard_out_dir,
+)
 from .subword import SubwordEncoder, SubwordSpec
 
 KIND = "qa"
@@ -399,21 +410,16 @@ class QaSplitStats:
     longest_question: int = 0
 
 
-def _stamp(path: Path) -> list:
-    st = Path(path).stat()
-    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
-
-
 def input_manifest(cfg: QaPrepConfig) -> dict:
     """What the output depends on. Evidence pages are named by their directory only:
     TriviaQA's evidence is a fixed release, and stamping 70k files would bloat the manifest."""
     return {
         "format": cfg.format,
-        "files": {split: _stamp(path) for split, path in cfg.files.items()},
+        "files": {split: file_stamp(path) for split, path in cfg.files.items()},
         "evidence": str(Path(cfg.evidence).resolve()) if cfg.evidence else None,
         "max_tokens": cfg.max_tokens,
         "doc_stride": cfg.doc_stride,
-        "subword": {"kind": cfg.subword.kind, "files": [_stamp(p) for p in cfg.subword.input_files()]},
+        "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
     }
 
 
@@ -445,17 +451,6 @@ def read_examples(cfg: QaPrepConfig, path: Path) -> tuple[int, Iterator[QaExampl
     return read_squad(path)
 
 
-def _batched(items: Iterable, size: int) -> Iterator[list]:
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _write_split(split: str, path: Path, cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path) -> QaSplitStats:
     total, examples = read_examples(cfg, path)
     stats = QaSplitStats()
@@ -466,7 +461,7 @@ def _write_split(split: str, path: Path, cfg: QaPrepConfig, encoder: SubwordEnco
         open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as examples_file,
         tqdm(total=total, desc=f"{split}: tokenize+window", unit=" examples") as bar,
     ):
-        for batch in _batched(examples, BATCH_EXAMPLES):
+        for batch in batched(examples, BATCH_EXAMPLES):
             encoded = encoder.encode_with_offsets([text for ex in batch for text in (ex.question, ex.context)])
             for ex, (question_ids, _), (doc_ids, doc_offsets) in zip(batch, encoded[0::2], encoded[1::2], strict=True):
                 room = document_room(len(question_ids), cfg.max_tokens)
@@ -538,11 +533,7 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
     encoder.write_dictionary(staging.dir / "dict.txt")
     result = {"format": cfg.format, "max_tokens": cfg.max_tokens, "doc_stride": cfg.doc_stride, "splits": splits}
     (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-    # Files of a split an earlier run wrote and this one does not: gone, or they would pass for this run's.
-    stale = {name for name in outputs if (out / name).exists()} - {p.name for p in staging.dir.iterdir()}
-    staging.publish(KIND, inputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()})
-    for name in stale:
-        (out / name).unlink()
+    staging.publish(KIND, inputs, owned=outputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()})
     return result
 
 

@@ -44,7 +44,7 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Iterator, Union
 
 import numpy as np
 from tqdm import tqdm
@@ -57,6 +57,8 @@ from .fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    batched,
+    file_stamp,
     finished_manifest,
     guard_out_dir,
 )
@@ -361,19 +363,14 @@ class _PairWriter:
         self.references.close()
 
 
-def _stamp(path: Path) -> list:
-    st = Path(path).stat()
-    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
-
-
 def input_manifest(cfg: SummarizationConfig) -> dict:
     """What the output depends on: the input files' sizes and mtimes, and every option."""
     return {
         "input_format": cfg.input_format,
-        "files": {split or "input": _stamp(path) for split, path in cfg.inputs().items()},
+        "files": {split or "input": file_stamp(path) for split, path in cfg.inputs().items()},
         "fractions": [cfg.valid_fraction, cfg.test_fraction] if cfg.input is not None else None,
         "fields": list(cfg.fields()),
-        "subword": {"kind": cfg.subword.kind, "files": [_stamp(p) for p in cfg.subword.input_files()]},
+        "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
         "max_source_tokens": cfg.max_source_tokens,
         "max_target_tokens": cfg.max_target_tokens,
         "truncate": cfg.truncate,
@@ -402,12 +399,6 @@ def _check_config(cfg: SummarizationConfig) -> None:
         raise PrepError("--max-source-tokens/--max-target-tokens: need room for one token besides <s>/</s>")
     if cfg.workers < 1:
         raise PrepError(f"--workers: must be >= 1, got {cfg.workers}")
-
-
-def _batched(items: Iterable, size: int) -> Iterator[list]:
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
 
 
 def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = False, log=print) -> dict:
@@ -447,7 +438,7 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
 
         # Chunks of batches go to the pool together: results come back in order, and
         # memory holds one chunk of texts however large the input.
-        batches = _batched(pairs(), BATCH_PAIRS)
+        batches = batched(pairs(), BATCH_PAIRS)
         while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
             texts = [[(pair.source, " ".join(pair.reference)) for pair in batch] for batch in chunk]
             for batch, ids in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):

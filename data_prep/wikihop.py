@@ -36,7 +36,6 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from tqdm import tqdm
@@ -49,6 +48,8 @@ from .fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    batched,
+    file_stamp,
     finished_manifest,
     guard_out_dir,
 )
@@ -186,16 +187,11 @@ class WikihopConfig:
     max_tokens: int = 4096
 
 
-def _stamp(path: Path) -> list:
-    st = Path(path).stat()
-    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
-
-
 def input_manifest(cfg: WikihopConfig) -> dict:
     return {
-        "files": {split: _stamp(path) for split, path in cfg.files.items()},
+        "files": {split: file_stamp(path) for split, path in cfg.files.items()},
         "max_tokens": cfg.max_tokens,
-        "subword": {"kind": cfg.subword.kind, "files": [_stamp(p) for p in cfg.subword.input_files()]},
+        "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
     }
 
 
@@ -209,11 +205,6 @@ def _check_config(cfg: WikihopConfig) -> None:
             raise PrepError(f"--{split}: {path} not found")
     if cfg.max_tokens < 2:
         raise PrepError(f"--max-tokens: must be at least 2, got {cfg.max_tokens}")
-
-
-def _batched(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=print) -> dict:
@@ -245,7 +236,7 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
             }
             lengths, prefixes, chunks = [], [], Counter()
             with open(staging.dir / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
-                for batch in _batched(examples, BATCH_EXAMPLES):
+                for batch in batched(examples, BATCH_EXAMPLES):
                     # Each piece as it reads after a symbol or </s> in running text, with a space
                     # before it: then a candidate's GPT-2 pieces are those of its mentions in the
                     # supports (" england", not "england"), which the model must match.
@@ -290,11 +281,7 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
             }
     result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
     (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-    # Files of a split an earlier run wrote and this one does not: gone, or they would pass for this run's.
-    stale = {name for name in outputs if (out / name).exists()} - {p.name for p in staging.dir.iterdir()}
-    staging.publish(KIND, inputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()})
-    for name in stale:
-        (out / name).unlink()
+    staging.publish(KIND, inputs, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()})
     return result
 
 

@@ -16,6 +16,8 @@ from data_prep.fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    batched,
+    file_stamp,
     finished_manifest,
     guard_out_dir,
 )
@@ -69,6 +71,32 @@ def test_staging_publishes_everything_and_the_manifest_last(tmp_path):
     assert (out / MANIFEST).is_file()
     again.publish("kind", {"a": 2})
     assert (out / "train.txt").read_text() == "newer" and not (out / "sub" / "f").exists()
+
+
+def test_publish_removes_owned_files_this_run_did_not_write(tmp_path):
+    out = tmp_path / "out"
+    first = Staging(out)
+    for name in ("dict.txt", "train.bin", "test.bin"):
+        (first.dir / name).write_text("1")
+    first.publish("kind", {})
+    (out / "notes.txt").write_text("mine")
+    second = Staging(out)  # this run has no test split
+    for name in ("dict.txt", "train.bin"):
+        (second.dir / name).write_text("2")
+    second.publish("kind", {}, owned={"dict.txt", "train.bin", "test.bin", "valid.bin"})
+    assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, "dict.txt", "notes.txt", "train.bin"])
+    assert (out / "train.bin").read_text() == "2"
+
+
+def test_file_stamp_and_batched(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("abc")
+    before = file_stamp(path)
+    assert before[:2] == [str(path.resolve()), 3]
+    path.write_text("abcd")
+    assert file_stamp(path) != before
+    assert list(batched(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(batched([], 3)) == []
 
 
 def test_mmap_writer_round_trips_through_fairseq(tmp_path):
