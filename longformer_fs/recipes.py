@@ -2,6 +2,9 @@
 
 The recipes are the source of truth for the paper's schedules; code that needs their
 numbers (the demo's toy scale, ``bench lm``) reads them here instead of typing them again.
+The fine-tuning recipes' schedules are written for the paper's datasets;
+:func:`finetune_overrides` refits them to a prepared one, and ``python -m
+longformer_fs.recipes`` is that for the Makefile's ``finetune-*`` targets.
 """
 
 from __future__ import annotations
@@ -195,7 +198,11 @@ def best_metrics(checkpoints: list[Path]) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     """The Makefile's helper: ``python -m longformer_fs.recipes finetune-overrides|seed-summary``."""
-    parser = argparse.ArgumentParser(prog="python -m longformer_fs.recipes", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m longformer_fs.recipes",
+        description="Helpers of the Makefile's finetune-* targets: fit a fine-tuning recipe's schedule to a "
+        "prepared dataset, and summarise the best dev metric of runs over several seeds.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("finetune-overrides", help="print the Hydra overrides fitting a fine-tuning recipe to DATA")
     fit.add_argument("name", help=f"one of {', '.join(FINETUNE_TASKS)}")
