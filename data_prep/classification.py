@@ -45,6 +45,7 @@ from .fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    aligned_table,
     file_stamp,
     finished_manifest,
     guard_out_dir,
@@ -328,8 +329,4 @@ def stats_table(result: dict) -> str:
                 f"{tokens['over_report_length']:,}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) if i in (0, 2) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        for r in rows
-    )
+    return aligned_table(rows, left=(0, 2))

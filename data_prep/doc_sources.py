@@ -78,26 +78,34 @@ def read_txt(spec: SourceSpec, path: Path) -> Iterator[Item]:
     yield Document(spec.name, path.stem, text, origin=str(path))
 
 
-def read_jsonl(spec: SourceSpec, path: Path) -> Iterator[Item]:
+def jsonl_records(path: Path) -> Iterator[tuple[str, object, str | None]]:
+    """``(origin "path:line", record, None)`` for each non-blank line of a JSONL file, or
+    ``(origin, None, why)`` for a line that is not UTF-8 or not JSON, so that a reader
+    can skip it and say why without stopping."""
     with open(path, "rb") as lines:
         for number, raw in enumerate(lines, 1):
             origin = f"{path}:{number}"
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8"))
+                yield origin, json.loads(raw.decode("utf-8")), None
             except UnicodeDecodeError:
-                yield Skipped(spec.name, origin, "not UTF-8 text")
-                continue
+                yield origin, None, "not UTF-8 text"
             except json.JSONDecodeError as err:
-                yield Skipped(spec.name, origin, f"malformed JSON ({err.msg})")
-                continue
-            text = record.get(spec.text_field) if isinstance(record, dict) else None
-            if not isinstance(text, str):
-                yield Skipped(spec.name, origin, f"no string field {spec.text_field!r}")
-                continue
-            title = record.get("title") if isinstance(record.get("title"), str) else ""
-            yield Document(spec.name, title, text, origin=origin)
+                yield origin, None, f"malformed JSON ({err.msg})"
+
+
+def read_jsonl(spec: SourceSpec, path: Path) -> Iterator[Item]:
+    for origin, record, problem in jsonl_records(path):
+        if problem:
+            yield Skipped(spec.name, origin, problem)
+            continue
+        text = record.get(spec.text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            yield Skipped(spec.name, origin, f"no string field {spec.text_field!r}")
+            continue
+        title = record.get("title") if isinstance(record.get("title"), str) else ""
+        yield Document(spec.name, title, text, origin=origin)
 
 
 def read_wiki(spec: SourceSpec, path: Path) -> Iterator[Item]:

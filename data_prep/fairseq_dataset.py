@@ -12,7 +12,8 @@ made from and what came out. This module holds what they share:
 - :class:`Staging`: files are written under ``OUT/.partial`` and moved in together, the
   manifest last, so an interrupted run never looks finished;
 - :class:`MmapWriter`, one fairseq mmap dataset written item by item;
-- :func:`file_stamp` (what a manifest records of an input file) and :func:`batched`.
+- :func:`file_stamp` (what a manifest records of an input file), :func:`batched`, and
+  :func:`aligned_table`, the layout of the stats table each command prints.
 
 fairseq itself is imported only where a dataset is written (:class:`MmapWriter`): the
 spawn workers of ``prep docs`` import their readers through this module, and importing
@@ -104,6 +105,16 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
         yield batch
+
+
+def aligned_table(rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> str:
+    """``rows`` (the header first) as text columns two spaces apart: the columns in
+    ``left`` (names, labels) flush left, the rest (numbers) flush right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in rows
+    )
 
 
 class Staging:

@@ -67,6 +67,7 @@ from .fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    aligned_table,
     batched,
     file_stamp,
     finished_manifest,
@@ -566,8 +567,4 @@ def stats_table(result: dict) -> str:
                 f"{st['truncated_documents']:,}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        for r in rows
-    )
+    return aligned_table(rows)

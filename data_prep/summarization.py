@@ -49,6 +49,7 @@ from typing import Iterator, Union
 import numpy as np
 from tqdm import tqdm
 
+from .doc_sources import jsonl_records
 from .fairseq_dataset import (
     BOS,
     EOS,
@@ -57,6 +58,7 @@ from .fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    aligned_table,
     batched,
     file_stamp,
     finished_manifest,
@@ -204,49 +206,40 @@ def read_pairs(path: Path, split: str | None, cfg: SummarizationConfig) -> Itera
     tagged = LAYOUTS[cfg.input_format].tagged
     with_fields = 0
     first_keys: list[str] | None = None
-    with open(path, "rb") as lines:
-        for number, raw in enumerate(lines, 1):
-            origin = f"{path}:{number}"
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                yield Dropped(origin, "not UTF-8 text")
-                continue
-            except json.JSONDecodeError as err:
-                yield Dropped(origin, f"malformed JSON ({err.msg})")
-                continue
-            if not isinstance(record, dict):
-                yield Dropped(origin, "not a JSON object")
-                continue
-            if first_keys is None:
-                first_keys = list(record)
-            missing = [name for name in (source_field, target_field) if name not in record]
-            if missing:
-                yield Dropped(origin, f"no field {missing[0]!r}")
-                continue
-            with_fields += 1
-            source_parts = _text_parts(record[source_field])
-            reference = _summary_sentences(record[target_field], tagged)
-            if source_parts is None or reference is None:
-                name = source_field if source_parts is None else target_field
-                yield Dropped(origin, f"field {name!r} is not text (a string or a list of strings)")
-                continue
-            empty = [side for side, parts in ((SOURCE, source_parts), (TARGET, reference)) if not parts]
-            if empty:
-                names = {SOURCE: source_field, TARGET: target_field}
-                sides = " and ".join(f"{side} ({names[side]!r})" for side in empty)
-                yield Dropped(origin, f"empty {sides}", empty_side=True)
-                continue
-            pair_id = record.get(id_field) if id_field else None
-            yield Pair(
-                str(pair_id) if pair_id is not None else origin,
-                origin,
-                split,
-                " ".join(source_parts),
-                tuple(reference),
-            )
+    for origin, record, problem in jsonl_records(path):
+        if problem:
+            yield Dropped(origin, problem)
+            continue
+        if not isinstance(record, dict):
+            yield Dropped(origin, "not a JSON object")
+            continue
+        if first_keys is None:
+            first_keys = list(record)
+        missing = [name for name in (source_field, target_field) if name not in record]
+        if missing:
+            yield Dropped(origin, f"no field {missing[0]!r}")
+            continue
+        with_fields += 1
+        source_parts = _text_parts(record[source_field])
+        reference = _summary_sentences(record[target_field], tagged)
+        if source_parts is None or reference is None:
+            name = source_field if source_parts is None else target_field
+            yield Dropped(origin, f"field {name!r} is not text (a string or a list of strings)")
+            continue
+        empty = [side for side, parts in ((SOURCE, source_parts), (TARGET, reference)) if not parts]
+        if empty:
+            names = {SOURCE: source_field, TARGET: target_field}
+            sides = " and ".join(f"{side} ({names[side]!r})" for side in empty)
+            yield Dropped(origin, f"empty {sides}", empty_side=True)
+            continue
+        pair_id = record.get(id_field) if id_field else None
+        yield Pair(
+            str(pair_id) if pair_id is not None else origin,
+            origin,
+            split,
+            " ".join(source_parts),
+            tuple(reference),
+        )
     if with_fields == 0:
         found = f"the first object has: {', '.join(first_keys) or 'nothing'}" if first_keys is not None else "no object"
         raise PrepError(
@@ -503,9 +496,4 @@ def stats_table(result: dict) -> str:
                 cut(st["truncated_targets"]),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    table = "\n".join(
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        for r in rows
-    )
-    return table + "\n(cut: pairs truncated (tokens cut: total/mean/max); tokens include <s> and </s>)"
+    return aligned_table(rows) + "\n(cut: pairs truncated (tokens cut: total/mean/max); tokens include <s> and </s>)"

@@ -48,6 +48,7 @@ from .fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    aligned_table,
     batched,
     file_stamp,
     finished_manifest,
@@ -299,8 +300,4 @@ def stats_table(result: dict) -> str:
                 " ".join(f"{k}:{n}" for k, n in st["chunks"].items()),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        for r in rows
-    )
+    return aligned_table(rows, left=(0, 5))

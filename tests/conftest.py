@@ -12,6 +12,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+# A 2-layer longformer_lm_small for fairseq-train runs on CPU: the plugin, the task and the
+# shape (dilated heads and geometric windows included, so both are exercised).
+TINY_CHAR_LM = [
+    "--user-dir", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "longformer_fs"),
+    "--task", "longformer_char_lm", "--arch", "longformer_lm_small",
+    "--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
+    "--decoder-attention-heads", "4", "--dilated-heads", "2",
+    "--attention-windows", "4:16", "--attention-dilations", "1,2", "--tokens-per-sample", "64",
+]  # fmt: skip
+
 BAND_BACKENDS = [pytest.param(name, id=name) for name in ("reference", "chunks", "kernel")]
 
 

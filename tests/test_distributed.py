@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_CHAR_LM
 
 from data_prep.char_corpus import prepare
 from longformer_fs.launch import LaunchError, distributed_arguments
@@ -83,28 +84,7 @@ def char_data(tmp_path_factory):
 
 
 LM = [
-    "--user-dir",
-    ROOT / "longformer_fs",
-    "--task",
-    "longformer_char_lm",
-    "--arch",
-    "longformer_lm_small",
-    "--decoder-layers",
-    "2",
-    "--decoder-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--decoder-attention-heads",
-    "4",
-    "--dilated-heads",
-    "2",
-    "--attention-windows",
-    "4:16",
-    "--attention-dilations",
-    "1,2",
-    "--tokens-per-sample",
-    "64",
+    *TINY_CHAR_LM,
     "--optimizer",
     "adam",
     "--lr",

@@ -16,6 +16,7 @@ from data_prep.fairseq_dataset import (
     MmapWriter,
     PrepError,
     Staging,
+    aligned_table,
     batched,
     file_stamp,
     finished_manifest,
@@ -97,6 +98,12 @@ def test_file_stamp_and_batched(tmp_path):
     assert file_stamp(path) != before
     assert list(batched(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
     assert list(batched([], 3)) == []
+
+
+def test_aligned_table_pads_names_left_and_numbers_right():
+    rows = [("split", "docs", "labels"), ("train", "1,000", "a:1 b:2"), ("valid", "7", "a:1")]
+    assert aligned_table(rows, left=(0, 2)) == ("split   docs  labels \ntrain  1,000  a:1 b:2\nvalid      7  a:1    ")
+    assert aligned_table(rows).splitlines()[2] == "valid      7      a:1"
 
 
 def test_mmap_writer_round_trips_through_fairseq(tmp_path):

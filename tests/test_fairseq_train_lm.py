@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_CHAR_LM
 
 from data_prep.char_corpus import prepare
 
@@ -34,28 +35,7 @@ def fairseq_train(data, *extra):
     cmd = [
         str(exe),
         str(data),
-        "--user-dir",
-        str(ROOT / "longformer_fs"),
-        "--task",
-        "longformer_char_lm",
-        "--arch",
-        "longformer_lm_small",
-        "--decoder-layers",
-        "2",
-        "--decoder-embed-dim",
-        "32",
-        "--decoder-ffn-embed-dim",
-        "64",
-        "--decoder-attention-heads",
-        "4",
-        "--dilated-heads",
-        "2",
-        "--attention-windows",
-        "4:16",
-        "--attention-dilations",
-        "1,2",
-        "--tokens-per-sample",
-        "64",
+        *TINY_CHAR_LM,
         "--batch-size",
         "8",
         "--optimizer",
