@@ -56,6 +56,7 @@ KIND = "classification"
 BATCH_DOCS = 64  # documents per tokenizer call
 # Symbols a label may not be: fairseq's specials, and <mask>, which sentence_prediction adds.
 RESERVED = frozenset(SPECIAL_SYMBOLS) | {"<mask>"}
+MAX_LABELS_SHOWN = 20  # in the error for an unknown label
 
 
 @dataclass(frozen=True)
@@ -275,9 +276,14 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
     for records in splits.values():
         for record in records:
             if record.label not in label_ids:
+                # A real label set can run to hundreds: name the first ones and the count.
+                known = ", ".join(labels[:MAX_LABELS_SHOWN])
+                if len(labels) > MAX_LABELS_SHOWN:
+                    known += f", ... ({len(labels)} in all)"
+                source = "given with --labels" if cfg.labels is not None else "the training split's"
                 raise PrepError(
-                    f"{record.origin}: label {record.label!r} is not in the label dictionary "
-                    f"(known: {', '.join(labels)})"
+                    f"{record.origin}: label {record.label!r} is not in the label dictionary (known: {known}); "
+                    f"the labels are {source}: list every label with --labels to keep this one"
                 )
 
     staging = Staging(out)
