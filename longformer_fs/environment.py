@@ -12,6 +12,7 @@ import platform
 
 import torch
 
+from .attention import check_records
 from .attention.backends import AUTO_ORDER, BACKENDS, choose_backend
 from .attention.backends import kernel as kernel_backend
 from .attention.spec import BandSpec
@@ -28,17 +29,34 @@ def version(dist: str) -> str:
 
 
 def auto_choices() -> dict:
-    """Per device type here (cpu, and cuda when present) and probe call: backend and reason."""
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    """Per device type here (cpu, and cuda when present), probe call and (on CUDA, where
+    ``check``'s timings differ by dtype) training dtype: backend and reason."""
+    calls = [("cpu", torch.float32, "")]
+    if torch.cuda.is_available():
+        calls += [("cuda", dtype, "/" + str(dtype).replace("torch.", "")) for dtype in (torch.float32, torch.bfloat16)]
     choices = {}
-    for device in devices:
+    for device, dtype, suffix in calls:
         for probe, spec in _PROBES.items():
             try:
-                backend, reason = choose_backend(spec, torch.device(device))
-                choices[f"{device}/{probe}"] = {"backend": backend.name, "reason": reason}
+                backend, reason = choose_backend(spec, torch.device(device), dtype)
+                choices[f"{device}/{probe}{suffix}"] = {"backend": backend.name, "reason": reason}
             except RuntimeError as err:
-                choices[f"{device}/{probe}"] = {"backend": None, "reason": str(err)}
+                choices[f"{device}/{probe}{suffix}"] = {"backend": None, "reason": str(err)}
     return choices
+
+
+def measured_timings() -> dict:
+    """Per GPU here: the forward+backward milliseconds ``longformer-fs check`` recorded for
+    this build, ``{dtype: {kind: {backend: ms}}}`` (empty where it measured nothing)."""
+    if not torch.cuda.is_available():
+        return {}
+    build = kernel_backend.build_id()
+    return {
+        torch.cuda.get_device_name(i): (check_records.record_for(torch.device("cuda", i), build) or {}).get(
+            "timings", {}
+        )
+        for i in range(torch.cuda.device_count())
+    }
 
 
 def apex_report() -> dict:
@@ -104,5 +122,6 @@ def collect() -> dict:
         "attention_backends": backends,
         "auto_order": {device: list(order) for device, order in AUTO_ORDER.items()},
         "auto": auto_choices(),
+        "measured": measured_timings(),
         "apex": apex_report(),
     }

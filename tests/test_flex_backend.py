@@ -148,3 +148,93 @@ def test_cpu_training_is_refused_clearly():
     q, k, v = (x.requires_grad_() for x in qkv(20, 2))
     with pytest.raises(ValueError, match="no backward on CPU"):
         banded_attention(q, k, v, 3, backend="flex")
+
+
+# ------------------------------------------------------------ one compilation for a training run
+
+
+@pytest.fixture
+def counted_compiles(monkeypatch):
+    """Run the backend's compiled path on CPU under a compiler that counts what dynamo compiles.
+
+    Dynamo (guards, recompiles, the recompile limit) is the same on every device; only
+    the final kernels differ, and CPU FlexAttention runs forward-only here.
+    """
+    from torch._dynamo.testing import CompileCounter
+
+    from longformer_fs.attention.backends import flex
+
+    counter = CompileCounter()
+    monkeypatch.setattr(flex, "_runner", lambda fn, device: flex.compiled(fn, counter))
+    monkeypatch.setattr(flex, "_FALLBACKS", {})
+    torch._dynamo.reset()
+    yield counter, flex
+    torch._dynamo.reset()
+
+
+def test_fifty_lengths_compile_a_bounded_number_of_times(counted_compiles, caplog):
+    """What fairseq's batches bring: a new length nearly every step, batch sizes that vary,
+    padding in some batches, a different window per layer, with and without the position
+    term. The compilations stay bounded and nothing falls back to a dense path."""
+    counter, flex = counted_compiles
+    dilations = (1, 2)
+    lengths = [130 + 37 * i for i in range(50)]
+    checked = {lengths[0], lengths[17], lengths[-1]}
+    with torch.no_grad(), caplog.at_level("WARNING"):
+        for i, seq_len in enumerate(lengths):
+            batch, window = 1 + i % 3, (4, 16, 40)[i % 3]
+            q, k, v = (x.transpose(1, 2) for x in qkv(seq_len, 2, seed=i, dim=16))
+            pad = None
+            if i % 2:
+                pad = torch.zeros(batch, seq_len, dtype=torch.bool)
+                pad[-1, seq_len - 30 :] = True
+            q, k, v = (x[:1].expand(batch, -1, -1, -1).contiguous() for x in (q, k, v))
+            spec = BandSpec(window, dilations, i % 4 == 0, 16**-0.5, relative=i % 5 == 0)
+            position = None
+            if spec.relative:
+                width = window + 1 if spec.causal else 2 * window + 1
+                position = PositionTerm(torch.randn(q.shape), torch.randn(2, width, 16) * 0.3)
+            out, lse = flex_band_attention(q, k, v, pad, spec, position)
+            if seq_len in checked:
+                from longformer_fs.attention.backends.reference import reference_band_attention
+
+                want, want_lse = reference_band_attention(
+                    *(x.double() for x in (q, k, v)),
+                    pad,
+                    spec,
+                    None if position is None else PositionTerm(position.query.double(), position.table.double()),
+                )
+                rows = torch.ones(batch, seq_len, dtype=torch.bool) if pad is None else ~pad
+                torch.testing.assert_close(
+                    out.transpose(1, 2)[rows].double(), want.transpose(1, 2)[rows], atol=1e-5, rtol=1e-5
+                )
+    assert flex._FALLBACKS == {} and not [r for r in caplog.records if "flex -> chunks" in r.getMessage()]
+    # Two functions (plain, relative), each specialised at most for a batch of one and a
+    # first static trace: far from one compilation per length or window.
+    assert 2 <= counter.frame_count <= 4, counter.frame_count
+
+
+def test_hitting_the_recompile_limit_goes_to_chunks_and_says_why(counted_compiles, monkeypatch, caplog):
+    counter, flex = counted_compiles
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    spec = BandSpec(5, (1, 1), False, 16**-0.5)
+    with torch.no_grad(), caplog.at_level("WARNING"):
+        for batch, dtype in ((2, torch.float32), (2, torch.float64), (1, torch.float64)):
+            q, k, v = (torch.randn(batch, 2, 150, 16, dtype=dtype) for _ in range(3))
+            out, _ = flex_band_attention(q, k, v, None, spec)
+            want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 5, (1, 1))
+            torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
+    warnings = [r.getMessage() for r in caplog.records if "flex -> chunks" in r.getMessage()]
+    assert len(warnings) == 1 and "recompile limit" in warnings[0] and "dense" in warnings[0]
+    assert "plain" in flex._FALLBACKS
+
+
+def test_small_head_dimensions_on_gpu_go_elsewhere_with_a_reason():
+    from longformer_fs.attention.backends import choose_backend
+    from longformer_fs.attention.backends.flex import limitation
+
+    spec = BandSpec(16, (1,), False, 0.125)
+    assert limitation(spec, torch.device("cuda"), 8) is not None
+    assert limitation(spec, torch.device("cuda"), 16) is None
+    backend, reason = choose_backend(spec, torch.device("cuda"), torch.bfloat16, head_dim=8)
+    assert backend.name == "chunks" and "head dimension of 16 or more (this call: 8)" in reason

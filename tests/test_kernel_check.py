@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import cli
 
-from longformer_fs.attention import available_backends, kernel_check
+from longformer_fs.attention import available_backends, check_records, kernel_check
 from longformer_fs.attention.backends import choose_backend, get_backend
 from longformer_fs.attention.backends import kernel as kernel_backend
 from longformer_fs.attention.kernel_check import Case, CaseResult, CheckReport, run_check, save_report
@@ -25,9 +25,9 @@ SPEC = BandSpec(16, (1,), False, 0.125)
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LONGFORMER_FS_CACHE", str(tmp_path))
-    kernel_check._trusted.cache_clear()
+    check_records.clear_cache()
     yield tmp_path
-    kernel_check._trusted.cache_clear()
+    check_records.clear_cache()
 
 
 @needs_kernel
@@ -40,7 +40,7 @@ def test_check_passes_on_the_cpu_kernels_and_records_it(cache):
     fp32 = [r for r in report.results if r.dtype == "float32"]
     assert max(max(r.errors.values()) for r in fp32) < 1e-5
     path = save_report(report)
-    record = json.loads(path.read_text())[kernel_check.record_key(report.device, report.build)]
+    record = json.loads(path.read_text())[check_records.record_key(report.device, report.build)]
     assert record["passed"] and record["cases"] == 4 and record["failures"] == []
 
 
@@ -61,6 +61,7 @@ def test_check_fails_when_the_kernel_is_wrong(cache, monkeypatch):
 def fake_gpu(monkeypatch):
     """A CUDA build on a GPU named "Fake GPU 80GB", for auto's decisions (no kernel runs)."""
     monkeypatch.setattr(kernel_backend, "has_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Fake GPU 80GB")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
@@ -72,24 +73,60 @@ def record(passed: bool) -> CheckReport:
     )
 
 
-def test_auto_on_cuda_trusts_the_kernels_only_after_a_passing_check(cache, fake_gpu):
-    backend, reason = choose_backend(SPEC, torch.device("cuda"))
-    assert backend.name == "flex" and "not verified on Fake GPU 80GB" in reason and "longformer-fs check" in reason
+RELATIVE = BandSpec(16, (1,), True, 0.125, relative=True)
+# What `check` measured on the fake GPU: the kernels fastest for plain bf16 calls only.
+TIMINGS = {
+    "bfloat16": {
+        "plain": {"kernel": 0.8, "flex": 1.0, "chunks": 10.0},
+        "relative": {"kernel": 3.0, "flex": 2.0, "chunks": 9.0},
+    }
+}
+
+
+def test_auto_on_cuda_takes_flex_until_check_measures_the_backends(cache, fake_gpu):
+    cuda = torch.device("cuda")
+    backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
+    assert backend.name == "flex" and "no measurement" in reason
+    assert "kernel: the CUDA kernels are not verified on Fake GPU 80GB" in reason and "longformer-fs check" in reason
     save_report(record(passed=False))
-    backend, reason = choose_backend(SPEC, torch.device("cuda"))
+    backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
     assert backend.name == "flex" and "failed on Fake GPU 80GB" in reason
+    # A passing check alone does not make the kernels the choice: only a measurement does.
     save_report(record(passed=True))
-    backend, reason = choose_backend(SPEC, torch.device("cuda"))
-    assert backend.name == "kernel" and "passed on Fake GPU 80GB" in reason
+    assert choose_backend(SPEC, cuda, torch.bfloat16)[0].name == "flex"
+
+
+def test_auto_on_cuda_takes_the_fastest_measured_verified_backend(cache, fake_gpu):
+    cuda = torch.device("cuda")
+    save_report(record(passed=True), TIMINGS)
+    backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
+    assert backend.name == "kernel" and "fastest that `longformer-fs check` measured here" in reason
+    assert "kernel 0.80 ms, flex 1.00 ms, chunks 10.00 ms" in reason
+    assert choose_backend(RELATIVE, cuda, torch.bfloat16)[0].name == "flex"
+    assert choose_backend(SPEC, cuda, torch.float32)[0].name == "flex"  # not measured in fp32
+    # Calls flex cannot compute go to the fastest backend that can.
+    assert choose_backend(SPEC, cuda, torch.bfloat16, head_dim=8)[0].name == "kernel"
+    assert choose_backend(RELATIVE, cuda, torch.bfloat16, head_dim=8)[0].name == "kernel"
+    # Timings of kernels that failed their check are never used.
+    save_report(record(passed=False), TIMINGS)
+    backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
+    assert backend.name == "flex" and "flex 1.00 ms, chunks 10.00 ms" in reason and "failed on" in reason
     # Another build (a rebuilt extension) is not covered by this record.
-    kernel_check._trusted.cache_clear()
-    kernel_backend.build_id.cache_clear()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(kernel_check, "build_id", lambda: "another-build")
-            assert choose_backend(SPEC, torch.device("cuda"))[0].name == "flex"
-    finally:
-        kernel_check._trusted.cache_clear()
+    save_report(record(passed=True), TIMINGS)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel_backend, "build_id", lambda: "another-build")
+        assert choose_backend(SPEC, cuda, torch.bfloat16)[0].name == "flex"
+
+
+def test_check_times_the_candidates_it_would_choose_among(cache):
+    from longformer_fs.benchmarks.backend_speed import TimingShape, candidates, measure_backends
+
+    cpu = torch.device("cpu")
+    timings = measure_backends(cpu, [torch.float32], TimingShape(1, 2, 256, 16, 8))
+    assert set(timings["float32"]) == {"plain", "relative"}
+    for kind in ("plain", "relative"):
+        assert set(timings["float32"][kind]) == set(candidates(cpu, kind, 16)) and timings["float32"][kind]
+        assert all(ms > 0 for ms in timings["float32"][kind].values())
 
 
 def test_auto_order_and_reasons_without_a_gpu():
@@ -101,7 +138,7 @@ def test_auto_order_and_reasons_without_a_gpu():
         backend, reason = choose_backend(SPEC, torch.device("cpu"))
         assert backend.name == "kernel" and "tested in CI" in reason
         assert choose_backend(BandSpec(4, (1,), True, 1.0, relative=True), torch.device("cpu"))[0].name == "kernel"
-    assert get_backend("auto", dropout, torch.device("cpu")).name == "chunks"
+    assert get_backend("auto", dropout, torch.zeros(1, 1, 4, 8)).name == "chunks"
 
 
 def test_auto_logs_its_choice_once(caplog):
@@ -110,7 +147,7 @@ def test_auto_logs_its_choice_once(caplog):
     backends._LOGGED.clear()
     with caplog.at_level("INFO", logger="longformer_fs.attention.backends"):
         for _ in range(3):
-            get_backend("auto", SPEC, torch.device("cpu"))
+            get_backend("auto", SPEC, torch.zeros(1, 1, 4, 8))
     messages = [r.getMessage() for r in caplog.records if "attention backend auto" in r.getMessage()]
     assert len(messages) == 1 and "on cpu" in messages[0]
 
@@ -119,8 +156,8 @@ def test_auto_logs_its_choice_once(caplog):
 def test_check_and_info_commands(cache):
     result = cli("check", "--device", "cpu", "--dtypes", "float32")
     assert result.returncode == 0, result.stderr
-    assert "passed; recorded in" in result.stdout and "auto now: kernel on cpu" in result.stdout
-    assert len(json.loads((cache / kernel_check.RECORDS).read_text())) == 1
+    assert "passed; recorded in" in result.stdout and "auto now (float32, plain): kernel on cpu" in result.stdout
+    assert len(json.loads((cache / check_records.RECORDS).read_text())) == 1
     if not torch.cuda.is_available():
         result = cli("check", "--device", "cuda")
         assert result.returncode == 2 and "no CUDA device" in result.stderr and "Traceback" not in result.stderr

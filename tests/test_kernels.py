@@ -285,4 +285,4 @@ def test_gpu_gradcheck_float64():
 def test_gpu_rejects_mixed_devices():
     q = torch.randn(1, 2, 5, 4, device="cuda")
     with pytest.raises(ValueError, match="is on cpu"):
-        ext().forward(q, q.cpu(), q, None, [1, 1], 2, False, 0.5, 0)
+        ext().forward(q, q.cpu(), q, None, [1, 1], 2, False, 0.5, None, None, torch.cuda.current_stream().cuda_stream)

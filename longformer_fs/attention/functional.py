@@ -36,7 +36,7 @@ def band_attention_with_lse(
         raise ValueError("position: give a PositionTerm exactly when spec.relative is True")
     if q.shape[2] == 0:
         return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
-    return get_backend(backend, spec, q.device).fn(q, k, v, key_mask, spec, position)
+    return get_backend(backend, spec, q).fn(q, k, v, key_mask, spec, position)
 
 
 def banded_attention(

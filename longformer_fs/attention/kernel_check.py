@@ -6,31 +6,27 @@ computation: :mod:`.backends.reference`): forward outputs and log-sum-exps, and 
 gradients of q, k, v, the position term and the log-sum-exp, in fp32, fp16 and bf16,
 with dilation, causal windows, padding and the relative-position term.
 
-The result is recorded per device name and per extension build (:func:`build_id`) in a
-JSON file under the cache directory (``$LONGFORMER_FS_CACHE``, else
-``~/.cache/longformer_fs``). ``auto`` uses the CUDA kernels only on a device and build
-with a passing record (:func:`trusted`); a rebuilt extension must be checked again.
+The result is recorded per device name and per extension build (:mod:`.check_records`),
+with the backends' timings when the caller measured them: ``auto`` uses the CUDA kernels
+only on a device and build with a passing record, and picks among the backends by
+those timings.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 
+from . import check_records
 from .backends import kernel as kernel_backend
 from .backends.reference import reference_band_attention
 from .band import band_width
 from .spec import BandSpec, PositionTerm
 
-RECORDS = "kernel_checks.json"
 # Tolerances against float64 (docs/design.md §2): fp32 on a GPU, and half inputs with
 # fp32 accumulation.
 TOLERANCES = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float64: 1e-9}
@@ -92,18 +88,6 @@ class CheckReport:
     @property
     def failures(self) -> list[CaseResult]:
         return [r for r in self.results if not r.passed]
-
-
-def device_name(device: torch.device) -> str:
-    """What a record is keyed by: the GPU's name, or the CPU's."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu {platform.machine()} {platform.processor() or ''}".strip()
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LONGFORMER_FS_CACHE") or Path.home() / ".cache" / "longformer_fs")
 
 
 def build_id() -> str:
@@ -201,7 +185,7 @@ def run_check(
     jobs = [(case, dtype) for dtype in dtypes for case in cases]
     results = [check_case(case, dtype, device, seed) for seed, (case, dtype) in enumerate(progress(jobs))]
     return CheckReport(
-        device_name(device),
+        check_records.device_name(device),
         build_id(),
         torch.__version__,
         all(r.passed for r in results),
@@ -210,56 +194,12 @@ def run_check(
     )
 
 
-def _records_path() -> Path:
-    return cache_dir() / RECORDS
-
-
-def load_records() -> dict:
-    try:
-        return json.loads(_records_path().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def record_key(device: str, build: str) -> str:
-    return f"{device} | build {build}"
-
-
-def save_report(report: CheckReport) -> Path:
-    """Record the report for its device and build; returns the records file."""
-    path = _records_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    records = load_records()
+def save_report(report: CheckReport, timings: dict | None = None) -> Path:
+    """Record the report for its device and build, with ``timings`` (``{dtype: {kind:
+    {backend: ms}}}``) when given; returns the records file."""
     summary = {k: v for k, v in asdict(report).items() if k != "results"}
     summary["cases"] = len(report.results)
     summary["failures"] = [asdict(r) for r in report.failures]
-    records[record_key(report.device, report.build)] = summary
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(records, indent=2))
-    tmp.replace(path)
-    _trusted.cache_clear()
-    return path
-
-
-def trusted(device: torch.device) -> tuple[bool, str]:
-    """Whether the CUDA kernels passed the check on this GPU with this build, and why."""
-    if not kernel_backend.has_cuda():
-        return False, "this build of the extension has no CUDA kernels"
-    return _trusted(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@lru_cache(maxsize=None)
-def _trusted(device_index: int) -> tuple[bool, str]:
-    name = torch.cuda.get_device_name(device_index)
-    record = load_records().get(record_key(name, build_id()))
-    if record is None:
-        return False, (
-            f"the CUDA kernels are not verified on {name} for this build; run "
-            "`longformer-fs check --device cuda` to verify them"
-        )
-    if not record["passed"]:
-        return False, (
-            f"`longformer-fs check` failed on {name} for this build ({len(record['failures'])} of "
-            f"{record['cases']} cases, {record['when']})"
-        )
-    return True, f"`longformer-fs check` passed on {name} for this build ({record['when']})"
+    if timings:
+        summary["timings"] = timings
+    return check_records.save_record(report.device, report.build, summary)

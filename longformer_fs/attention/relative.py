@@ -28,6 +28,6 @@ def sinusoid(distances: torch.Tensor, dim: int) -> torch.Tensor:
     """
     if dim % 2:
         raise ValueError(f"dim: the sinusoidal embedding needs an even size, got {dim}")
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float64, device=distances.device) / dim))
     angles = distances.to(torch.float64)[..., None] * inv_freq
     return torch.cat([angles.sin(), angles.cos()], dim=-1).to(torch.get_default_dtype())

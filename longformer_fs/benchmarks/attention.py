@@ -20,16 +20,18 @@ import argparse
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from tqdm import tqdm
 
 from longformer_fs.attention import available_backends, banded_attention
-from longformer_fs.attention.backends.flex import band_block_mask, compiled_flex
+from longformer_fs.attention.backends.flex import band_block_mask
 from longformer_fs.attention.band import band_mask
 from longformer_fs.attention.spec import BandSpec
 
@@ -38,6 +40,7 @@ from .measure import median_time, peak_memory_bytes
 PEERS = {
     "sdpa": "dense full attention (torch SDPA, no band)",
     "sdpa-band": "torch SDPA with a dense (T, T) band mask",
+    "flexattention": "torch's compiled FlexAttention with a band mask_mod and a BlockMask built once (no code of ours)",
 }
 DENSE = {"reference", "sdpa", "sdpa-band"}
 
@@ -117,6 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("bench_out/attention"), help="directory for results.json and plot.png"
     )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="implementation the ratios divide by (default: flexattention on CUDA, kernel on CPU)",
+    )
 
 
 # ------------------------------------------------------------------------ implementations
@@ -134,14 +142,32 @@ def band_pairs(seq_len: int, window: int, dilation: int, causal: bool) -> int:
     return total
 
 
+@lru_cache(maxsize=None)
+def _compiled_flex_attention():
+    return torch.compile(flex_attention, dynamic=False)
+
+
 def _compiled_cpu_flex(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
     """On CPU the flex backend runs FlexAttention's dense eager path (compiled CPU
     FlexAttention is inference-only and returns no log-sum-exp); what FlexAttention can
     do on CPU is measured here instead: compiled, forward, with the backend's block mask."""
     spec = BandSpec(case.window, (case.dilation,) * q.shape[1], case.causal, q.shape[-1] ** -0.5)
     block_mask = band_block_mask(case.seq_len, spec, None, q.device)
-    flex = compiled_flex()
+    flex = _compiled_flex_attention()
     return lambda: flex(q, k, v, block_mask=block_mask, scale=spec.scale)
+
+
+def _flexattention_peer(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
+    """What a user writes with FlexAttention alone: the upper bound the flex backend is held to."""
+    window, dilation, upper = case.window, case.dilation, 0 if case.causal else case.window
+
+    def band(b, h, q_idx, kv_idx):
+        offset = kv_idx - q_idx
+        return (offset % dilation == 0) & (offset >= -window * dilation) & (offset <= upper * dilation)
+
+    block_mask = create_block_mask(band, None, None, case.seq_len, case.seq_len, device=q.device)
+    flex = _compiled_flex_attention()
+    return lambda: flex(q, k, v, block_mask=block_mask, scale=q.shape[-1] ** -0.5)
 
 
 def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
@@ -149,6 +175,8 @@ def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
     if impl == "flex" and q.device.type == "cpu":
         return _compiled_cpu_flex(case, qh, kh, vh)
+    if impl == "flexattention":
+        return _flexattention_peer(case, qh, kh, vh)
     if impl in available_backends():
         return lambda: banded_attention(q, k, v, case.window, case.dilation, case.causal, backend=impl)
     if impl == "sdpa":
@@ -192,7 +220,7 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
     dtype = getattr(torch, args.dtype)
     shape = (args.batch, case.seq_len, args.heads, args.head_dim)
     gen = torch.Generator(device="cpu").manual_seed(0)
-    forward_only = impl == "flex" and device.type == "cpu"  # CPU flex rejects inputs needing grad
+    forward_only = impl in ("flex", "flexattention") and device.type == "cpu"  # CPU flex rejects inputs needing grad
     q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
     call = make_call(impl, case, q, k, v)
     budget = 30.0  # seconds per timing: slow configurations get fewer repeats
@@ -227,14 +255,14 @@ def matmul_gflops(device: str, dtype: torch.dtype, threads: int) -> float:
 # --------------------------------------------------------------------------------- output
 
 
-def print_results(results: list[Result], part: str) -> None:
+def print_results(results: list[Result], part: str, baseline: str) -> None:
     rows = [r for r in results if r.part == part]
     if not rows:
         return
     print(f"\n[{part}]")
     print(
         f"{'impl':<10} {'variant':<11} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
-        f" {'fwd GF/s':>9} {'f+b x kernel':>12}"
+        f" {'fwd GF/s':>9} {'x ' + baseline:>16}"
     )
     for r in rows:
         if r.skipped:
@@ -244,7 +272,7 @@ def print_results(results: list[Result], part: str) -> None:
             (
                 x
                 for x in rows
-                if x.impl == "kernel"
+                if x.impl == baseline
                 and x.seq_len == r.seq_len
                 and x.variant == r.variant
                 and x.threads == r.threads
@@ -252,11 +280,14 @@ def print_results(results: list[Result], part: str) -> None:
             ),
             None,
         )
-        ratio = f"{r.fwd_bwd_ms / ref.fwd_bwd_ms:.2f}" if ref and r.fwd_bwd_ms else "-"
+        if ref and r.fwd_bwd_ms and ref.fwd_bwd_ms:
+            ratio = f"{r.fwd_bwd_ms / ref.fwd_bwd_ms:.2f}"
+        else:
+            ratio = f"{r.fwd_ms / ref.fwd_ms:.2f} fwd" if ref else "-"
         fb = f"{r.fwd_bwd_ms:.1f}" if r.fwd_bwd_ms is not None else "fwd only"
         print(
             f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {fb:>11}"
-            f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {ratio:>12}"
+            f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {ratio:>16}"
         )
 
 
@@ -335,8 +366,10 @@ def main(args: argparse.Namespace) -> int:
     print(title)
     peak = matmul_gflops(args.device, getattr(torch, args.dtype), top)
     print(f"dense matmul reference: {peak:.0f} GFLOP/s with {top} thread(s)")
+    baseline = args.baseline or ("flexattention" if torch.device(args.device).type == "cuda" else "kernel")
+    print(f"ratios: forward+backward time over {baseline}'s (forward only where there is no backward)")
     for part in ("scaling", "variants"):
-        print_results(results, part)
+        print_results(results, part, baseline)
 
     args.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if not k.startswith("_")}

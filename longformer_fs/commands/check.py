@@ -1,4 +1,5 @@
-"""``longformer-fs check``: the compiled kernels against float64 on this machine's device."""
+"""``longformer-fs check``: the compiled kernels against float64 on this machine's device,
+then the speed of every backend ``auto`` could choose there."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 import torch
 from tqdm import tqdm
 
-from longformer_fs.attention.backends import choose_backend
+from longformer_fs.attention.backends import KINDS, choose_backend
 from longformer_fs.attention.kernel_check import CASES, run_check, save_report
 from longformer_fs.attention.spec import BandSpec
+from longformer_fs.benchmarks.backend_speed import SHAPES, measure_backends
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -29,7 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "log-sum-exps, and the gradients of q, k, v, the position term and the log-sum-exp, for windows with "
         "dilation, causal windows, padding and the relative-position term, in each dtype. The result is "
         "recorded for this device and this build of the extension: `auto` uses the CUDA kernels only where "
-        "it passed (see `longformer-fs info`). Rebuilding the extension needs a new check."
+        "it passed (see `longformer-fs info`). Rebuilding the extension needs a new check. Then (by default on "
+        "CUDA) every backend `auto` could choose, the kernels only if they passed, is timed forward+backward "
+        f"per dtype, plain and with the relative-position term, at one shape (CUDA: {SHAPES['cuda']}); `auto` on "
+        "this GPU takes the fastest."
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
     parser.add_argument(
@@ -37,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_dtypes,
         default=[torch.float32, torch.float16, torch.bfloat16],
         help="comma-separated input dtypes (float32, float16, bfloat16, float64)",
+    )
+    parser.add_argument(
+        "--timing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="time the backends after the check (default: on CUDA only)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -48,7 +59,11 @@ def main(args: argparse.Namespace) -> int:
     if device.type not in ("cuda", "cpu"):
         raise ValueError(f"--device: expected cuda, cuda:N or cpu, got {args.device!r}")
     report = run_check(device, args.dtypes, CASES, lambda jobs: tqdm(jobs, desc="check", unit="case"))
-    path = save_report(report)
+    path = save_report(report)  # first: timing takes the kernels as candidates only once this passed
+    timings = {}
+    if args.timing or (args.timing is None and device.type == "cuda"):
+        timings = measure_backends(device, args.dtypes, progress=lambda jobs: tqdm(jobs, desc="timing", unit="run"))
+        path = save_report(report, timings)
     if args.json:
         print(
             json.dumps(
@@ -57,6 +72,7 @@ def main(args: argparse.Namespace) -> int:
                     "device": report.device,
                     "build": report.build,
                     "results": [r.__dict__ for r in report.results],
+                    "timings_ms": timings,
                 },
                 indent=2,
             )
@@ -71,6 +87,13 @@ def main(args: argparse.Namespace) -> int:
                 f"{'pass' if r.passed else 'FAIL'}"
             )
         print(f"{len(report.results) - len(report.failures)}/{len(report.results)} passed; recorded in {path}")
-        _, reason = choose_backend(BandSpec(256, (1,), False, 0.125), device)
-        print(f"auto now: {reason}")
+        for dtype, kinds in timings.items():
+            for kind, times in kinds.items():
+                ranked = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(times.items(), key=lambda x: x[1]))
+                print(f"fwd+bwd {dtype:<9} {kind:<9} {ranked}")
+        for dtype in args.dtypes:
+            for kind in KINDS:
+                spec = BandSpec(256, (1,), kind == "relative", 0.125, relative=kind == "relative")
+                _, reason = choose_backend(spec, device, dtype)
+                print(f"auto now ({str(dtype).replace('torch.', '')}, {kind}): {reason}")
     return 0 if report.passed else 1

@@ -11,8 +11,9 @@ from longformer_fs.environment import collect
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Versions, hardware, the attention backends that run here, which one `auto` picks on each device "
-        "and why (the CUDA kernels only once `longformer-fs check --device cuda` has passed for this GPU and "
-        "build), and which of NVIDIA apex's fused kernels fairseq would use."
+        "and why (on a GPU: the fastest that `longformer-fs check --device cuda` measured there, the CUDA "
+        "kernels only once that check passed for this GPU and build), the timings it recorded, and which of "
+        "NVIDIA apex's fused kernels fairseq would use."
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -42,7 +43,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {name:<14} {b['summary']}; {state}")
     print("auto chooses")
     for call, choice in report["auto"].items():
-        print(f"  {call:<14} {choice['reason']}")
+        print(f"  {call:<22} {choice['reason']}")
+    for gpu, timings in report["measured"].items():
+        if not timings:
+            print(f"{gpu}: no backend timings for this build; `longformer-fs check --device cuda` measures them")
+        for dtype, kinds in timings.items():
+            for kind, times in kinds.items():
+                ranked = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(times.items(), key=lambda x: x[1]))
+                print(f"{gpu}, fwd+bwd {dtype} {kind}: {ranked}")
     apex = report["apex"]
     if apex["installed"]:
         uses = [name for name, value in apex["fairseq_uses"].items() if value]

@@ -10,17 +10,22 @@ Every backend implements the same internal contract, in heads-first layout::
   (padding, and global tokens when the layer attends them separately).
 - ``spec``: window, per-head dilations, causal, scale, dropout (:class:`~..spec.BandSpec`).
 - ``position``: a relative-position term, passed only when ``spec.relative``.
-- returns ``out`` ``(B, H, T, D)`` in the compute dtype and ``lse`` ``(B, H, T)``, the
-  log-sum-exp of each row's scaled scores; rows with no key give 0 and -inf.
+- returns ``out`` ``(B, H, T, D)`` in the compute dtype or in the input dtype, and
+  ``lse`` ``(B, H, T)`` in the compute dtype, the log-sum-exp of each row's scaled
+  scores; rows with no key give 0 and -inf.
 
 Query rows are not masked here: the caller zeroes padded rows.
 
-``auto`` takes, per device, the first backend in :data:`AUTO_ORDER` that is available,
-computes the call (``supports``: the backends differ only in attention dropout) and is
-trusted there: on CPU the kernels are tested in
-CI; on CUDA they are used only once ``longformer-fs check`` has passed for that GPU and
-extension build (:mod:`..kernel_check`). Each choice is logged once per process, with
-its reason, at INFO.
+``auto`` chooses per call kind: device, input dtype, head dimension, dropout, and
+``plain`` or ``relative`` (:func:`choose_backend`):
+
+- on CPU, the compiled kernels (tested in CI against the float64 oracle), else ``chunks``;
+- on CUDA, the fastest backend that ``longformer-fs check`` measured on this GPU and
+  extension build for that dtype and kind (:mod:`..check_records`); the CUDA kernels
+  are candidates only once that check has verified them. Without a measurement,
+  ``flex`` where it can compute the call, else ``chunks``.
+
+Each choice is logged once per process, with its reason, at INFO.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Callable
 
 import torch
 
+from .. import check_records
 from ..spec import BandSpec
 from . import flex, kernel
 from .chunks import chunks_band_attention
@@ -39,14 +45,18 @@ from .reference import reference_band_attention
 logger = logging.getLogger(__name__)
 
 
+def _no_limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str
     fn: Callable
     summary: str
     unavailable_reason: Callable[[], str | None] = lambda: None
-    # Whether the backend computes a call (e.g. dropout), given its spec and device.
-    supports: Callable[[BandSpec, torch.device | None], bool] = lambda spec, device=None: True
+    # Why the backend cannot compute a call (None: it can), given its spec, device and head dimension.
+    limitation: Callable[[BandSpec, torch.device, int], str | None] = _no_limitation
 
     @property
     def available(self) -> bool:
@@ -57,23 +67,33 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("kernel", kernel.kernel_band_attention, "compiled C++/CUDA band kernels, memory O(T*D)",
-                kernel.unavailable_reason, kernel.supports),
-        Backend("flex", flex.flex_band_attention, "PyTorch FlexAttention with a block-sparse band (GPU; on CPU "
-                "its dense reference path, forward only)", flex.unavailable_reason, flex.supports),
+                kernel.unavailable_reason, kernel.limitation),
+        Backend("flex", flex.flex_band_attention, "PyTorch FlexAttention with a block-sparse band, compiled once "
+                "for all lengths (GPU; on CPU its dense reference path, forward only)", flex.unavailable_reason,
+                flex.limitation),
         Backend("chunks", chunks_band_attention, "blocked PyTorch, memory O(T*w)"),
         Backend("reference", reference_band_attention, "dense masked attention, O(T^2), for tests"),
     )
 }  # fmt: skip
 
-# "auto" takes the first usable backend in this order (fastest first), per device type.
-AUTO_ORDER = {"cpu": ("kernel", "chunks"), "cuda": ("kernel", "flex", "chunks")}
+# Without a measurement, "auto" takes the first backend in this order that can compute the
+# call, per device type. The CUDA kernels are last there: until `check` has timed them they
+# are only the exact path, not a fast one.
+AUTO_ORDER = {"cpu": ("kernel", "chunks"), "cuda": ("flex", "chunks", "kernel")}
 # Why a backend is trusted on a device type without a check of its own.
 _TRUSTED = {
     ("kernel", "cpu"): "the compiled CPU kernels, tested in CI against the float64 oracle",
-    ("flex", "cuda"): "PyTorch-maintained FlexAttention",
+    ("flex", "cuda"): "PyTorch-maintained FlexAttention (no measurement of this GPU; `longformer-fs check` "
+    "times the backends)",
     ("chunks", "cpu"): "blocked PyTorch",
     ("chunks", "cuda"): "blocked PyTorch",
 }
+KINDS = ("plain", "relative")
+
+
+def call_kind(spec: BandSpec) -> str:
+    """``"relative"`` for calls with the position term, else ``"plain"``: ``check`` times both."""
+    return "relative" if spec.relative else "plain"
 
 
 def available_backends() -> list[str]:
@@ -81,72 +101,97 @@ def available_backends() -> list[str]:
     return [name for name, b in BACKENDS.items() if b.available]
 
 
-def _why_not(name: str, spec: BandSpec | None, device: torch.device) -> str | None:
-    """Why ``auto`` passes over backend ``name`` for this call (None: it takes it)."""
+def why_not(name: str, spec: BandSpec | None, device: torch.device, head_dim: int) -> str | None:
+    """Why ``auto`` passes over backend ``name`` for this call (None: it may take it)."""
     backend = BACKENDS[name]
     reason = backend.unavailable_reason()
-    if reason is not None:
-        return reason
-    if spec is not None and not backend.supports(spec, device):
-        return "it cannot compute this call (attention dropout)" if spec.dropout_p else "it cannot compute this call"
-    if name == "kernel" and device.type == "cuda":
-        from ..kernel_check import trusted  # the check module imports this registry
-
-        ok, why = trusted(device)
+    if reason is None and spec is not None:
+        reason = backend.limitation(spec, device, head_dim)
+    if reason is None and name == "kernel" and device.type == "cuda":
+        if not kernel.has_cuda():
+            return "this build of the extension has no CUDA kernels"
+        ok, why = check_records.kernels_verified(device, kernel.build_id())
         return None if ok else why
-    return None
+    return reason
 
 
-def choose_backend(spec: BandSpec | None, device: torch.device | str | None) -> tuple[Backend, str]:
-    """``auto``'s choice for a call on ``device`` and the reason, e.g. for ``longformer-fs info``."""
+def choose_backend(
+    spec: BandSpec | None,
+    device: torch.device | str | None,
+    dtype: torch.dtype = torch.float32,
+    head_dim: int = 64,
+) -> tuple[Backend, str]:
+    """``auto``'s choice for a call and the reason, e.g. for ``longformer-fs info``.
+
+    Args:
+        spec: the call (None: any call this device runs).
+        device: where the tensors are.
+        dtype: the input dtype, which ``check``'s measurements are kept by.
+        head_dim: ``D`` (FlexAttention's GPU kernels need 16 or more).
+    """
     device = torch.device(device if device is not None else "cpu")
     order = AUTO_ORDER.get(device.type, AUTO_ORDER["cpu"])
-    passed = []
+    candidates, passed = [], []
     for name in order:
-        why_not = _why_not(name, spec, device)
-        if why_not is None:
-            because = _TRUSTED.get((name, device.type))
-            if name == "kernel" and device.type == "cuda":
-                because = kernel_check_reason(device)
-            reason = f"{name} on {device.type}: {because}"
-            if passed:
-                reason += " (passed over " + "; ".join(passed) + ")"
-            return BACKENDS[name], reason
-        passed.append(f"{name}: {why_not}")
-    raise RuntimeError(f"no attention backend can run this call on {device}: " + "; ".join(passed))
-
-
-def kernel_check_reason(device: torch.device) -> str:
-    from ..kernel_check import trusted
-
-    return trusted(device)[1]
+        reason = why_not(name, spec, device, head_dim)
+        if reason is None:
+            candidates.append(name)
+        else:
+            passed.append(f"{name}: {reason}")
+    if not candidates:
+        raise RuntimeError(f"no attention backend can run this call on {device}: " + "; ".join(passed))
+    name, because = candidates[0], None
+    if device.type == "cuda" and torch.cuda.is_available():
+        kind = call_kind(spec) if spec is not None else "plain"
+        times = check_records.measured_times(device, kernel.build_id(), dtype, kind)
+        timed = sorted((n for n in candidates if n in times), key=times.get)
+        if timed:
+            name = timed[0]
+            dtype_name = str(dtype).replace("torch.", "")
+            because = (
+                f"fastest that `longformer-fs check` measured here ({dtype_name}, {kind}: "
+                + ", ".join(f"{n} {times[n]:.2f} ms" for n in timed)
+                + ")"
+            )
+    if because is None:
+        because = _TRUSTED.get((name, device.type))
+        if name == "kernel" and device.type == "cuda":
+            because = check_records.kernels_verified(device, kernel.build_id())[1]
+    reason = f"{name} on {device.type}: {because}"
+    if passed:
+        reason += " (passed over " + "; ".join(passed) + ")"
+    return BACKENDS[name], reason
 
 
 _LOGGED: set[tuple[str, str]] = set()
 
 
 @torch.compiler.assume_constant_result
-def _auto_name(device_type: str, device_index: int, dropout: bool) -> str:
+def _auto_name(device_type: str, device_index: int, dtype: str, head_dim: int, dropout: bool, relative: bool) -> str:
     """``auto``'s choice for calls of this kind, logged once per process and choice.
 
-    The choice depends on the device and on whether the call has dropout only; under
-    ``torch.compile`` it is a constant of the graph, made here in plain Python.
+    The choice depends only on these arguments; under ``torch.compile`` it is a constant
+    of the graph, made here in plain Python.
     """
     device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
-    spec = BandSpec(0, (1,), False, 1.0, dropout_p=0.5 if dropout else 0.0)
-    backend, reason = choose_backend(spec, device)
+    spec = BandSpec(0, (1,), False, 1.0, dropout_p=0.5 if dropout else 0.0, relative=relative)
+    backend, reason = choose_backend(spec, device, getattr(torch, dtype), head_dim)
     if (backend.name, reason) not in _LOGGED:
         _LOGGED.add((backend.name, reason))
         logger.info("attention backend auto -> %s", reason)
     return backend.name
 
 
-def get_backend(name: str, spec: BandSpec | None = None, device: torch.device | None = None) -> Backend:
-    """Resolve a backend name (or ``"auto"``, given the call's ``spec`` and device when known)."""
+def get_backend(name: str, spec: BandSpec | None = None, q: torch.Tensor | None = None) -> Backend:
+    """Resolve a backend name, or ``"auto"`` given the call's ``spec`` and query ``(B, H, T, D)``."""
     if name == "auto":
-        device = torch.device(device) if device is not None else torch.device("cpu")
+        device = q.device if q is not None else torch.device("cpu")
         index = device.index if device.index is not None else -1
-        return BACKENDS[_auto_name(device.type, index, spec is not None and spec.dropout_p > 0)]
+        dtype = str(q.dtype).replace("torch.", "") if q is not None else "float32"
+        head_dim = q.shape[-1] if q is not None else 64
+        dropout = spec is not None and spec.dropout_p > 0
+        relative = spec is not None and spec.relative
+        return BACKENDS[_auto_name(device.type, index, dtype, head_dim, dropout, relative)]
     if name not in BACKENDS:
         raise ValueError(
             f"backend: unknown attention backend {name!r}; choose 'auto' or one of {', '.join(available_backends())}"

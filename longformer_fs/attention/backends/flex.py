@@ -3,110 +3,214 @@
 FlexAttention is a PyTorch-maintained kernel generator: a ``mask_mod`` says which
 (query, key) pairs exist and a ``BlockMask`` says which tiles to visit at all. Here:
 
-- the ``BlockMask`` is computed from the band's geometry, per head when dilations
-  differ, in O((T / 128)^2) work (never T^2), and cached per shape. Tiles that lie
-  wholly inside an undilated band are marked *full*, so FlexAttention skips the mask
-  there; with padding no tile is full, since padded keys hide in any tile;
-- ``mask_mod`` adds dilation (``(j - i) % d == 0``), causality and key padding;
+- the tiles come from the band's geometry, per head, in O((T / 128)^2) work (never
+  T^2), cached per shape. Tiles that lie wholly inside an undilated band are marked
+  *full*, so FlexAttention skips the mask there; with padding no tile is full, since
+  padded keys hide in any tile;
+- ``mask_mod`` adds dilation (``(j - i) % d == 0``), the window, causality and key
+  padding, all read from tensors;
 - the relative-position term becomes a ``score_mod`` that adds a ``(B, H, T, W)`` bias
   gathered by band column: memory O(T * W), like ``chunks`` (never T x T);
 - FlexAttention returns the row log-sum-exp that the layer merges with global keys.
 
-FlexAttention computes in the input dtype with fp32 softmax statistics; the output is
-returned in the compute dtype. It has no attention dropout.
+**One compilation for a whole training run.** fairseq's batches bring a new length at
+almost every step, and each layer may have its own window. A ``torch.compile``'d
+FlexAttention that saw these as constants would recompile for each, and after torch's
+recompile limit run FlexAttention eagerly, which is dense (O(T^2) memory). So the
+compiled function takes everything that varies as tensors (the window, dilations,
+padding, the tile lists) and is compiled with dynamic shapes and ``fullgraph=True``:
+its variants are bounded by the kinds of call (grad mode, dtype, a batch of one), not
+by lengths or windows. Hitting the recompile limit anyway raises inside torch instead
+of going dense, and the backend then hands the call to ``chunks`` and logs why.
 
-On GPU the backend runs ``torch.compile``'d FlexAttention, forward and backward. On CPU,
-this torch's compiled FlexAttention is inference-only and cannot return the log-sum-exp,
-and FlexAttention has no CPU backward at all, so the backend runs FlexAttention's eager
-reference path there (dense, O(T^2): for tests of the masks, not for speed) and
-refuses gradients. ``auto`` never picks it on CPU.
+FlexAttention computes in the input dtype with fp32 softmax statistics; the output is
+returned in the input dtype. It has no attention dropout, and its GPU kernels need a
+head dimension of at least 16: such calls go to ``chunks``, logged once.
+
+On CPU, this torch's compiled FlexAttention is inference-only and cannot return the
+log-sum-exp, and FlexAttention has no CPU backward at all, so the backend runs the
+same function uncompiled there (FlexAttention's dense reference path, O(T^2): for
+tests of the masks, not for speed) and refuses gradients. ``auto`` never picks it on
+CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import warnings
 from functools import lru_cache
 
 import torch
+import torch.fx.experimental._config  # noqa: F401 (read by _compile_settings)
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
-from ..band import band_width
-from ..dense import compute_dtype
 from ..spec import BandSpec, PositionTerm
 
+logger = logging.getLogger(__name__)
+
 BLOCK = 128  # FlexAttention's default tile, queries and keys
+MIN_GPU_HEAD_DIM = 16  # FlexAttention's GPU kernels need at least this
 
 
 def unavailable_reason() -> str | None:
     return None
 
 
-def supports(spec: BandSpec, device: torch.device | None = None) -> bool:
-    """FlexAttention has no attention dropout."""
-    return spec.dropout_p == 0.0
+def limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str | None:
+    """Why FlexAttention cannot compute this call: dropout, or a head dimension under 16 on GPU."""
+    if spec.dropout_p:
+        return "it cannot compute this call (attention dropout)"
+    if device.type == "cuda" and head_dim < MIN_GPU_HEAD_DIM:
+        return (
+            f"FlexAttention's GPU kernels need a head dimension of {MIN_GPU_HEAD_DIM} or more (this call: {head_dim})"
+        )
+    return None
 
 
-@lru_cache(maxsize=None)
-def compiled_flex():
-    """One compiled FlexAttention for the process; it specialises per shape."""
-    return torch.compile(flex_attention, dynamic=False)
+# ------------------------------------------------------------------ geometry, cached
 
 
 def band_tiles(
     seq_len: int, window: int, dilations: tuple[int, ...], causal: bool, padded: bool, block: int = BLOCK
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which ``block x block`` tiles of the ``(T, T)`` score matrix to visit.
+    """Which ``block x block`` tiles of the ``(T, T)`` score matrix to visit, per head.
 
     Returns:
-        ``partial`` and ``full``, ``(H', nb, nb)`` bool with ``nb = ceil(T / block)`` and
-        ``H'`` 1 when every head has the same dilation (else one per head): ``partial``
-        tiles hold some band pairs and need the mask; ``full`` tiles hold only band
-        pairs (never with dilation or padding).
+        ``partial`` and ``full``, ``(H, nb, nb)`` bool with ``nb = ceil(T / block)``:
+        ``partial`` tiles hold some band pairs and need the mask; ``full`` tiles hold only
+        band pairs (never with dilation or padding).
     """
     starts = torch.arange(0, seq_len, block)
     ends = torch.clamp(starts + block, max=seq_len) - 1  # inclusive
     q_lo, q_hi, k_lo, k_hi = starts[:, None], ends[:, None], starts[None, :], ends[None, :]
-    partial, full = [], []
-    for d in sorted(set(dilations)) if len(set(dilations)) == 1 else dilations:
+    per_dilation = {}
+    for d in set(dilations):
         below, above = window * d, (0 if causal else window * d)  # reach before and after the query
         touch = (k_lo <= q_hi + above) & (k_hi >= q_lo - below)
         inside = (k_hi - q_lo <= above) & (k_lo - q_hi >= -below) if d == 1 and not padded else torch.zeros_like(touch)
-        partial.append(touch & ~inside)
-        full.append(inside)
-    return torch.stack(partial), torch.stack(full)
+        per_dilation[d] = (touch & ~inside, inside)
+    # Always one list per head: a constant head count keeps the compiled function's shapes
+    # the same for layers with and without mixed dilations.
+    return tuple(torch.stack([per_dilation[d][i] for d in dilations]) for i in (0, 1))
 
 
 def _indices(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(H', nq, nk)`` bool -> FlexAttention's ``(1, H', nq)`` counts and ``(1, H', nq, nk)``
+    """``(H, nq, nk)`` bool -> FlexAttention's ``(1, H, nq)`` counts and ``(1, H, nq, nk)``
     indices (the visited key tiles of each query tile first, ascending)."""
     counts = tiles.sum(-1, dtype=torch.int32)
     order = torch.argsort((~tiles).to(torch.int8), dim=-1, stable=True).to(torch.int32)
     return counts[None], order[None]
 
 
-@lru_cache(maxsize=64)
-def _tile_lists(seq_len: int, window: int, dilations: tuple[int, ...], causal: bool, padded: bool, device: str):
+@lru_cache(maxsize=256)
+def tile_lists(seq_len: int, window: int, dilations: tuple[int, ...], causal: bool, padded: bool, device: str):
+    """``(kv_num, kv_idx, full_num, full_idx)`` on ``device``, for ``BlockMask.from_kv_blocks``."""
     partial, full = band_tiles(seq_len, window, dilations, causal, padded)
     return tuple(t.to(device) for t in (*_indices(partial), *_indices(full)))
 
 
-def band_block_mask(seq_len: int, spec: BandSpec, key_ok: torch.Tensor | None, device: torch.device) -> BlockMask:
-    """The call's ``BlockMask``: cached tile lists and a ``mask_mod`` with its padding."""
-    num, idx, full_num, full_idx = _tile_lists(
-        seq_len, spec.window, spec.dilations, spec.causal, key_ok is not None, str(device)
-    )
-    dilation = torch.tensor(spec.dilations, device=device)
-    window, upper = spec.window, (0 if spec.causal else spec.window)
+@lru_cache(maxsize=256)
+def band_geometry(window: int, dilations: tuple[int, ...], causal: bool, device: str) -> torch.Tensor:
+    """``(3, H)`` int32: each head's dilation, reach before the query and reach after it."""
+    d = torch.tensor(dilations, dtype=torch.int32)
+    return torch.stack([d, window * d, d * (0 if causal else window)]).to(device)
+
+
+# ------------------------------------------------------------------ the compiled function
+
+
+def _band_block_mask(key_ok, geometry, tiles, seq_len) -> BlockMask:
+    dilation, before, after = geometry[0], geometry[1], geometry[2]
 
     def mask_mod(b, h, q_idx, kv_idx):
-        d = dilation[h]
         offset = kv_idx - q_idx
-        allowed = (offset % d == 0) & (offset >= -window * d) & (offset <= upper * d)
-        return allowed if key_ok is None else allowed & key_ok[b, kv_idx]
+        d = dilation[h]
+        return (offset % d == 0) & (offset >= -before[h]) & (offset <= after[h]) & key_ok[b, kv_idx]
 
-    return BlockMask.from_kv_blocks(
-        num, idx, full_num, full_idx, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(seq_len, seq_len)
+    return BlockMask.from_kv_blocks(*tiles, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(seq_len, seq_len))
+
+
+def band_block_mask(seq_len: int, spec: BandSpec, key_ok: torch.Tensor | None, device: torch.device) -> BlockMask:
+    """The ``BlockMask`` of a call as the backend builds it; ``key_ok`` ``(B, T)`` bool or None."""
+    padded = key_ok is not None
+    if not padded:
+        key_ok = torch.ones(1, seq_len, dtype=torch.bool, device=device)
+    geometry = band_geometry(spec.window, spec.dilations, spec.causal, str(device))
+    tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, padded, str(device))
+    return _band_block_mask(key_ok, geometry, tiles, seq_len)
+
+
+def _flex(q, k, v, block_mask, score_mod, scale):
+    out, aux = flex_attention(
+        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=AuxRequest(lse=True)
     )
+    return out, aux.lse
+
+
+def band_plain(q, k, v, key_ok, geometry, tiles, scale):
+    """Band attention from tensors only: ``(out (B, H, T, D), lse (B, H, T))``."""
+    return _flex(q, k, v, _band_block_mask(key_ok, geometry, tiles, q.shape[2]), None, scale)
+
+
+def band_relative(q, k, v, key_ok, geometry, tiles, pos_query, table, scale):
+    """:func:`band_plain` plus the position term, gathered from a ``(B, H, T, W)`` bias."""
+    bias = torch.einsum("bhid,hcd->bhic", pos_query, table.to(pos_query.dtype)) * scale
+    dilation, before = geometry[0], geometry[1]
+    width = bias.shape[-1]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        d = dilation[h]
+        column = torch.clamp(torch.div(kv_idx - q_idx, d, rounding_mode="floor") + before[h] // d, 0, width - 1)
+        return score + bias[b, h, q_idx, column]
+
+    return _flex(q, k, v, _band_block_mask(key_ok, geometry, tiles, q.shape[2]), score_mod, scale)
+
+
+@lru_cache(maxsize=None)
+def compiled(fn, backend="inductor"):
+    """``fn`` compiled once per process and compiler backend; each kind of call has its own
+    function, so its own recompile budget."""
+    return torch.compile(fn, backend=backend, dynamic=True, fullgraph=True)
+
+
+def _runner(fn, device: torch.device):
+    """What runs ``fn`` on ``device``: compiled on GPU; FlexAttention's eager path elsewhere."""
+    return compiled(fn) if device.type == "cuda" else fn
+
+
+@contextlib.contextmanager
+def _compile_settings():
+    """Settings that a compilation of ours, if this call triggers one, runs under.
+
+    - The recompile limit raises instead of running FlexAttention eagerly (dense).
+    - No "duck sizing": torch gives sizes that are equal once (a batch of 12 and 12
+      heads) one symbol and specialises both when it specialises one, which would
+      recompile for each new batch size. Here every size gets its own symbol.
+
+    Set and restored by hand: ``config.patch`` costs ~130 us a call, this ~8.
+    """
+    dynamo, fx = torch._dynamo.config, torch.fx.experimental._config
+    saved = dynamo.fail_on_recompile_limit_hit, fx.use_duck_shape
+    dynamo.fail_on_recompile_limit_hit, fx.use_duck_shape = True, False
+    try:
+        yield
+    finally:
+        dynamo.fail_on_recompile_limit_hit, fx.use_duck_shape = saved
+
+
+# ------------------------------------------------------------------ the backend
+
+_FALLBACKS: dict[str, str] = {}  # why calls of a kind went to chunks, logged once each
+
+
+def _fall_back(kind: str, reason: str, q, k, v, key_mask, spec, position):
+    from .chunks import chunks_band_attention
+
+    if kind not in _FALLBACKS:
+        _FALLBACKS[kind] = reason
+        logger.warning("attention backend flex -> chunks for %s calls: %s", kind, reason)
+    return chunks_band_attention(q, k, v, key_mask, spec, position)
 
 
 def flex_band_attention(
@@ -118,34 +222,33 @@ def flex_band_attention(
     position: PositionTerm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
-    if not supports(spec, q.device):
+    if spec.dropout_p:
         raise ValueError("backend: 'flex' has no attention dropout; use backend='auto' or 'chunks'")
+    kind = "relative" if position is not None else "plain"
+    why_not = limitation(spec, q.device, q.shape[-1])
+    if why_not is not None:
+        return _fall_back(f"{kind} D={q.shape[-1]}", why_not, q, k, v, key_mask, spec, position)
+    if kind in _FALLBACKS:
+        return _fall_back(kind, _FALLBACKS[kind], q, k, v, key_mask, spec, position)
     inputs = (q, k, v) if position is None else (q, k, v, position.query, position.table)
-    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
-    if q.device.type == "cpu" and needs_grad:
+    if q.device.type == "cpu" and torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
         raise ValueError(
             f"backend: 'flex' has no backward on CPU in torch {torch.__version__} (a FlexAttention "
             "limit); train on CPU with backend='kernel' or 'chunks'"
         )
-    batch, heads, seq_len, _ = q.shape
-    key_ok = None if key_mask is None else ~key_mask
-    block_mask = band_block_mask(seq_len, spec, key_ok, q.device)
-    score_mod = None
-    if position is not None:
-        width = band_width(spec.window, spec.causal)
-        bias = torch.einsum("bhid,hcd->bhic", position.query, position.table.to(position.query.dtype)) * spec.scale
-        dilation = torch.tensor(spec.dilations, device=q.device)
-        window = spec.window
-
-        def score_mod(score, b, h, q_idx, kv_idx):
-            column = torch.clamp(torch.div(kv_idx - q_idx, dilation[h], rounding_mode="floor") + window, 0, width - 1)
-            return score + bias[b, h, q_idx, column]
-
-    with warnings.catch_warnings():
-        # On CPU the eager path is chosen on purpose (see the module docstring).
-        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        flex = compiled_flex() if q.device.type == "cuda" else flex_attention
-        out, aux = flex(
-            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=spec.scale, return_aux=AuxRequest(lse=True)
-        )
-    return out.to(compute_dtype(q.dtype)), aux.lse.to(compute_dtype(q.dtype))
+    batch, _, seq_len, _ = q.shape
+    device = str(q.device)
+    key_ok = torch.ones(batch, seq_len, dtype=torch.bool, device=q.device) if key_mask is None else ~key_mask
+    geometry = band_geometry(spec.window, spec.dilations, spec.causal, device)
+    tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, key_mask is not None, device)
+    fn, args = (band_plain, ()) if position is None else (band_relative, (position.query, position.table))
+    if torch.compiler.is_compiling():  # inside the caller's own compiled graph: traced there
+        return fn(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
+    try:
+        with warnings.catch_warnings(), _compile_settings():
+            # On CPU the eager path is chosen on purpose (see the module docstring).
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            return _runner(fn, q.device)(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
+    except torch._dynamo.exc.FailOnRecompileLimitHit as err:
+        reason = f"torch's recompile limit was reached, and eager FlexAttention would be dense ({err})"
+        return _fall_back(kind, reason, q, k, v, key_mask, spec, position)

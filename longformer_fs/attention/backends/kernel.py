@@ -14,7 +14,7 @@ any strides with a unit stride on the head dimension, so the transposed
 The relative-position term (:class:`~..spec.PositionTerm`) is fused into the kernels:
 its scores are added tile by tile, so a long window never materialises a ``(T, W)``
 position tensor. Attention dropout is not in the kernels; ``"auto"`` picks another
-backend for those calls (see :attr:`~longformer_fs.attention.backends.Backend.supports`).
+backend for those calls (see :attr:`~longformer_fs.attention.backends.Backend.limitation`).
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ def build_id() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-def supports(spec: BandSpec, device: torch.device | None = None) -> bool:
-    """Whether the kernels compute this call (they have no attention dropout)."""
-    return spec.dropout_p == 0.0
+def limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str | None:
+    """Why the kernels cannot compute this call: they have no attention dropout."""
+    return "it cannot compute this call (attention dropout)" if spec.dropout_p else None
 
 
 def _stream(device: torch.device) -> int:
@@ -195,7 +195,7 @@ def kernel_band_attention(
     position=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
-    if not supports(spec, q.device):
+    if spec.dropout_p:
         raise ValueError("backend: 'kernel' has no attention dropout yet; use backend='auto' or 'chunks'")
     key_ok = None if key_mask is None else ~key_mask
     pos_query, table = (None, None) if position is None else (position.query, position.table)
