@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Union
 
+from .inputs import wrong_kind
 from .pdf_papers import Paper, PdfError, read_paper
-from .wikitext import iter_wiki_pages
+from .wikitext import NotAWikiDump, iter_wiki_pages
 
 KINDS = ("txt", "jsonl", "wiki", "pdf")
-_SUFFIXES = {"txt": (".txt",), "jsonl": (".jsonl",), "wiki": (".xml", ".xml.bz2"), "pdf": (".pdf",)}
+_SUFFIXES = {"txt": (".txt",), "jsonl": (".jsonl",), "wiki": (".xml", ".xml.bz2", ".xml.gz"), "pdf": (".pdf",)}
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ Item = Union[Document, Skipped]
 
 
 def read_txt(spec: SourceSpec, path: Path) -> Iterator[Item]:
+    problem = wrong_kind(path, "text")
+    if problem:
+        yield Skipped(spec.name, str(path), problem)
+        return
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -96,6 +102,10 @@ def jsonl_records(path: Path) -> Iterator[tuple[str, object, str | None]]:
 
 
 def read_jsonl(spec: SourceSpec, path: Path) -> Iterator[Item]:
+    problem = wrong_kind(path, "JSONL")
+    if problem:
+        yield Skipped(spec.name, str(path), problem)
+        return
     for origin, record, problem in jsonl_records(path):
         if problem:
             yield Skipped(spec.name, origin, problem)
@@ -109,13 +119,22 @@ def read_jsonl(spec: SourceSpec, path: Path) -> Iterator[Item]:
 
 
 def read_wiki(spec: SourceSpec, path: Path) -> Iterator[Item]:
+    problem = wrong_kind(path, "a MediaWiki XML dump", accept=("bzip2-compressed", "gzip-compressed"))
+    if problem:
+        yield Skipped(spec.name, str(path), problem)
+        return
+    pages = 0
     try:
         for title, text in iter_wiki_pages(path):
+            pages += 1
             yield Document(spec.name, title, text, origin=f"{path}#{title}")
-    except EOFError:
-        yield Skipped(spec.name, str(path), "truncated .bz2 (pages before the damage were kept)")
-    except (ET.ParseError, OSError) as err:
-        yield Skipped(spec.name, str(path), f"broken XML or compression ({str(err)[:80]}; earlier pages kept)")
+    except NotAWikiDump as err:
+        yield Skipped(spec.name, str(path), f"not a MediaWiki XML dump ({err})")
+    except (EOFError, ET.ParseError, OSError, zlib.error) as err:
+        what = {EOFError: "truncated file", ET.ParseError: "broken XML"}.get(type(err), "broken compression")
+        detail = "" if isinstance(err, EOFError) else f"{err}; "
+        kept = f"kept the {pages} article(s) read before it" if pages else "before its first article"
+        yield Skipped(spec.name, str(path), f"{what} ({detail}{kept})")
 
 
 def read_pdf(spec: SourceSpec, path: Path) -> Item:
