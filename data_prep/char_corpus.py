@@ -30,6 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .fairseq_dataset import NUM_SPECIALS, SPLITS, UNK, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
+from .inputs import wrong_kind
 
 ITEM_TOKENS = 1 << 20  # fairseq items of 1M tokens; break_mode=none joins them back
 
@@ -94,6 +95,11 @@ def download(url: str, dest: Path, timeout: float = 30.0) -> None:
 
 def read_corpus(corpus: CharCorpus, zip_path: Path, verify: bool) -> bytes:
     """The corpus bytes from its official zip, after checking the zip is the official one."""
+    if zip_path.stat().st_size == 0:
+        raise PrepError(f"--zip: {zip_path} is empty; re-download it")
+    problem = wrong_kind(zip_path, "a zip archive", accept=("zip archive",))
+    if problem:
+        raise PrepError(f"--zip: {zip_path} is {problem}")
     if verify:
         algorithm, expected = corpus.digest
         actual = file_digest(zip_path, algorithm)
@@ -193,19 +199,19 @@ def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], kind
     """Split ``data`` (uint8 bytes) in file order and binarize it into ``out``; returns the manifest."""
     bounds = split_bounds(len(data), sizes)
     lookup, seen = build_dictionary(data[bounds[0][0] : bounds[0][1]])
-    staging = Staging(out)
-    (staging.dir / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
-    unknown = {}
-    with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {kind}") as progress:
-        for split, (lo, hi) in zip(SPLITS, bounds, strict=True):
-            tokens = lookup[data[lo:hi]]
-            unknown[split] = int((tokens == UNK).sum())
-            write_split(tokens, staging.dir / split, NUM_SPECIALS + len(seen), progress)
-    return staging.publish(
-        kind,
-        inputs,
-        corpus=kind,
-        tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds, strict=True)},
-        vocab_bytes=len(seen),
-        unknown_tokens=unknown,
-    )
+    with Staging(out) as staging:
+        (staging.dir / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
+        unknown = {}
+        with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {kind}") as progress:
+            for split, (lo, hi) in zip(SPLITS, bounds, strict=True):
+                tokens = lookup[data[lo:hi]]
+                unknown[split] = int((tokens == UNK).sum())
+                write_split(tokens, staging.dir / split, NUM_SPECIALS + len(seen), progress)
+        return staging.publish(
+            kind,
+            inputs,
+            corpus=kind,
+            tokens={s: hi - lo for s, (lo, hi) in zip(SPLITS, bounds, strict=True)},
+            vocab_bytes=len(seen),
+            unknown_tokens=unknown,
+        )

@@ -19,8 +19,11 @@ label in ``text_field``/``label_field``; or ``.tsv``, whose header row names the
 the same way, or with ``text_column``/``label_column`` (1-based, as ``cut -f``) a file
 without a header. Labels may be strings (no white space), integers or booleans (written
 ``0``/``1``, as fairseq's ``--report-acc-and-f1`` reads labels as integers, 1 the positive
-one). The splits are given files, or one input shuffled with a seed and cut by weights
-(``80,10,10`` -> 80%/10%/10%; the weights need not sum to 100).
+one). The splits are given files (each must hold a document), or one input cut by
+weights (``80,10,10`` -> 80%/10%/10%; they need not sum to 100) with the rule every
+preparation uses (:func:`~.splits.assign_splits`): documents ranked by a hash of their
+text salted with the seed, a split with a weight above 0 getting at least one, and
+identical texts sharing a split.
 
 The labels are ``labels`` in that order, or else the training labels, sorted (numerically
 when they are all integers). A label outside them is an error naming its file and line.
@@ -50,6 +53,8 @@ from .fairseq_dataset import (
     finished_manifest,
     guard_out_dir,
 )
+from .inputs import wrong_kind
+from .splits import assign_splits, split_key
 from .subword import SubwordSpec
 
 KIND = "classification"
@@ -108,20 +113,23 @@ def label_symbol(value, origin: str) -> str:
     return value
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                yield number, line.rstrip("\r\n")
-    except FileNotFoundError:
-        raise PrepError(f"{path}: not found") from None
-    except UnicodeDecodeError:
-        raise PrepError(f"{path}: not UTF-8 text") from None
+def _lines(path: Path, expected: str) -> Iterator[tuple[int, str]]:
+    if not path.is_file():
+        raise PrepError(f"{path}: not found")
+    problem = wrong_kind(path, expected)
+    if problem:
+        raise PrepError(f"{path}: {problem}")
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                yield number, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise PrepError(f"{path}:{number}: not UTF-8 text (byte {err.start} of the line)") from None
 
 
 def _read_jsonl(path: Path, cfg: ClassificationConfig) -> list[LabelledText]:
     records = []
-    for number, line in _lines(path):
+    for number, line in _lines(path, "JSONL"):
         if not line.strip():
             continue
         origin = f"{path}:{number}"
@@ -141,7 +149,7 @@ def _read_jsonl(path: Path, cfg: ClassificationConfig) -> list[LabelledText]:
 
 
 def _read_tsv(path: Path, cfg: ClassificationConfig) -> list[LabelledText]:
-    lines = _lines(path)
+    lines = _lines(path, "TSV")
     if cfg.text_column is not None:
         text_index, label_index = cfg.text_column - 1, cfg.label_column - 1
     else:
@@ -180,17 +188,21 @@ def read_labelled(path: Path, cfg: ClassificationConfig) -> list[LabelledText]:
     raise PrepError(f"{path}: unknown format; name the file .jsonl (one JSON object per line) or .tsv")
 
 
-def split_records(records: list, weights: tuple[float, float, float], seed: int) -> dict[str, list]:
-    """A seeded shuffle of ``records`` cut into train/valid/test by relative ``weights``.
-
-    Splits with weight 0 are left out; the others get ``round`` of their cumulative share.
-    """
-    order = np.random.default_rng(seed).permutation(len(records))
-    cuts = np.round(np.cumsum(weights) / sum(weights) * len(records)).astype(int)
-    bounds = zip(np.concatenate([[0], cuts[:-1]]), cuts, strict=True)
+def split_records(records: list[LabelledText], weights: tuple[float, float, float], seed: int) -> dict[str, list]:
+    """``records`` cut into train/valid/test by relative ``weights`` (:func:`~.splits.assign_splits`,
+    keys: each text hashed with the seed). Splits with weight 0 are left out."""
+    total = sum(weights)
+    salt = f"classification seed {seed}".encode()
+    splits = assign_splits(
+        [split_key(r.text.encode("utf-8"), salt) for r in records],
+        weights[1] / total,
+        weights[2] / total,
+        unit="distinct documents",
+        remedy="give a split weight 0 in --split to leave it out (e.g. --split 80,20,0), or add documents",
+    )
     return {
-        split: [records[i] for i in order[lo:hi]]
-        for split, weight, (lo, hi) in zip(SPLITS, weights, bounds, strict=True)
+        split: [r for r, s in zip(records, splits, strict=True) if SPLITS[s] == split]
+        for split, weight in zip(SPLITS, weights, strict=True)
         if weight > 0
     }
 
@@ -265,13 +277,13 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
         log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
         return json.loads((out / "stats.json").read_text())
 
-    if cfg.input is not None:
-        splits = split_records(read_labelled(cfg.input, cfg), cfg.split_weights, cfg.seed)
-    else:
-        splits = {s: read_labelled(cfg.files[s], cfg) for s in SPLITS if s in cfg.files}
+    given = {"input": cfg.input} if cfg.input is not None else {s: cfg.files[s] for s in SPLITS if s in cfg.files}
+    read = {name: read_labelled(path, cfg) for name, path in given.items()}
+    for name, records in read.items():
+        if not records:
+            raise PrepError(f"--{name}: {given[name]} holds no document")
+    splits = split_records(read["input"], cfg.split_weights, cfg.seed) if cfg.input is not None else read
     labels = list(cfg.labels) if cfg.labels is not None else _label_order({r.label for r in splits["train"]})
-    if not labels:
-        raise PrepError("no training documents: the label set is empty")
     label_ids = {label: NUM_SPECIALS + i for i, label in enumerate(labels)}
     for records in splits.values():
         for record in records:
@@ -286,9 +298,11 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
                     f"the labels are {source}: list every label with --labels to keep this one"
                 )
 
-    staging = Staging(out)
     stats = {}
-    with tqdm(total=sum(len(r) for r in splits.values()), desc="tokenize+write", unit=" docs") as bar:
+    with (
+        Staging(out) as staging,
+        tqdm(total=sum(len(r) for r in splits.values()), desc="tokenize+write", unit=" docs") as bar,
+    ):
         for split, records in splits.items():
             texts = MmapWriter(staging.dir / "input0" / split, encoder.dictionary_size)
             targets = MmapWriter(staging.dir / "label" / split, NUM_SPECIALS + len(labels))
@@ -307,14 +321,16 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
                 "labels": {label: n for label, n in Counter(r.label for r in records).most_common()},
                 "tokens": _length_stats(lengths, cfg.report_length),
             }
-    encoder.write_dictionary(staging.dir / "input0" / "dict.txt")
-    train_counts = Counter(r.label for r in splits["train"])
-    (staging.dir / "label" / "dict.txt").write_text(
-        "".join(f"{label} {train_counts[label]}\n" for label in labels), encoding="utf-8"
-    )
-    result = {"labels": labels, "report_length": cfg.report_length, "splits": stats}
-    (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-    staging.publish(KIND, inputs, labels=labels, splits={s: {"documents": v["documents"]} for s, v in stats.items()})
+        encoder.write_dictionary(staging.dir / "input0" / "dict.txt")
+        train_counts = Counter(r.label for r in splits["train"])
+        (staging.dir / "label" / "dict.txt").write_text(
+            "".join(f"{label} {train_counts[label]}\n" for label in labels), encoding="utf-8"
+        )
+        result = {"labels": labels, "report_length": cfg.report_length, "splits": stats}
+        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+        staging.publish(
+            KIND, inputs, labels=labels, splits={s: {"documents": v["documents"]} for s, v in stats.items()}
+        )
     return result
 
 

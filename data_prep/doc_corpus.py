@@ -9,15 +9,20 @@ Pipeline, streamed so memory does not grow with the corpus:
 3. **tokenize** in ``--workers`` processes with a subword encoder
    (:mod:`data_prep.subword`: GPT-2 byte-level BPE mapped to the model's ``dict.txt``,
    or SentencePiece); then the per-source minimum length in tokens;
-4. **write** train/valid/test (a hash of the text picks the split) in fairseq's mmap
-   format: one item per paragraph ending in ``</s>``, and an item holding only
-   ``</s>`` after each document, the layout fairseq-preprocess gives text with blank
-   lines between documents. So ``sample_break_mode=complete_doc`` never crosses a
-   document and ``eos`` yields paragraphs.
+4. **split**: the tokenized documents wait on disk (:class:`~.splits.SplitSpool`) until
+   all are counted, then :func:`~.splits.assign_splits` places them by a hash of the
+   text: valid and test get their fractions of the documents, at least one each, and a
+   corpus too small for the splits asked for is an error;
+5. **write** train/valid/test in fairseq's mmap format: one item per paragraph ending
+   in ``</s>``, and an item holding only ``</s>`` after each document, the layout
+   fairseq-preprocess gives text with blank lines between documents. So
+   ``sample_break_mode=complete_doc`` never crosses a document and ``eos`` yields
+   paragraphs.
 
 Everything is written under ``OUT/.partial`` and moved in at the end; ``prep.json``,
 written last, marks a finished dataset and records the inputs, so a rerun with the
-same inputs does nothing and an interrupted run never looks complete.
+same inputs does nothing and an interrupted run never looks complete. A run that
+stops on an error or Ctrl-C removes what it staged.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import multiprocessing
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -47,7 +51,9 @@ from .fairseq_dataset import (
     file_stamp,
     finished_manifest,
     guard_out_dir,
+    worker_pool,
 )
+from .splits import SplitSpool, check_fractions, split_key
 from .subword import SubwordSpec
 
 KIND = "docs"
@@ -75,11 +81,6 @@ class SourceStats:
     too_short: int = 0
     skipped: int = 0
     characters: int = 0
-
-
-def _unit(digest: bytes, salt: bytes) -> float:
-    """A number in [0, 1) fixed by the text: the same document always gets the same one."""
-    return int.from_bytes(hashlib.sha1(salt + digest).digest()[:8], "big") / 2**64
 
 
 # ---------------------------------------------------------------- worker side
@@ -126,10 +127,11 @@ def iter_items(cfg: DocPrepConfig, pool) -> Iterator[Item]:
 
 
 class _SplitWriter:
-    """The three splits, written document by document."""
+    """The three splits, written document by document; ``dtype`` is how they store ids."""
 
     def __init__(self, directory: Path, dict_size: int):
         self.writers = {s: MmapWriter(directory / s, dict_size) for s in SPLITS}
+        self.dtype = self.writers["train"].dtype
         self.tokens = Counter()
         self.documents = Counter()
 
@@ -179,8 +181,7 @@ def _check_config(cfg: DocPrepConfig) -> None:
     for name, fraction in cfg.fractions.items():
         if not 0 < fraction <= 1:
             raise PrepError(f"--fraction: {name}={fraction} is not in (0, 1]")
-    if not (0 <= cfg.valid_fraction < 1 and 0 <= cfg.test_fraction < 1 and cfg.valid_fraction + cfg.test_fraction < 1):
-        raise PrepError("--valid-fraction/--test-fraction: need two fractions in [0, 1) summing below 1")
+    check_fractions(cfg.valid_fraction, cfg.test_fraction)
     if cfg.workers < 1:
         raise PrepError(f"--workers: must be >= 1, got {cfg.workers}")
 
@@ -196,98 +197,108 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
         log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
         return json.loads((out / "stats.json").read_text())
 
-    staging = Staging(out)
-    partial = staging.dir
     _init_worker(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs in-process
     encoder = _WORKER["encoder"]
-
     # Every source gets a row, even one that yields nothing.
     stats: dict[str, SourceStats] = {spec.name: SourceStats() for spec in cfg.sources}
     skips: list[Skipped] = []
     no_abstract: list[str] = []  # papers kept whole as body: reported, not fatal
     seen: set[bytes] = set()
-    writer = _SplitWriter(partial, encoder.dictionary_size)
-    ctx = multiprocessing.get_context("spawn")  # tokenizers' Rust threads and fork do not mix
-    pool = ctx.Pool(cfg.workers, _init_worker, (cfg.subword,)) if cfg.workers > 1 else None
-    papers = open(partial / "papers.jsonl", "w", encoding="utf-8")
-    read_bar = tqdm(desc="read", unit=" docs", position=0)
-    token_bar = tqdm(desc="tokenize+write", unit="B", unit_scale=True, position=1)
-    try:
+    with Staging(out) as staging:
+        writer = _SplitWriter(staging.dir, encoder.dictionary_size)
+        spool = SplitSpool(staging.dir / "documents.spool")
+        pool = worker_pool(cfg.workers, _init_worker, cfg.subword)
+        papers = open(staging.dir / "papers.jsonl", "w", encoding="utf-8")
+        read_bar = tqdm(desc="read", unit=" docs", position=0)
+        token_bar = tqdm(desc="tokenize", unit="B", unit_scale=True, position=1)
+        try:
 
-        def kept_documents() -> Iterator[tuple[Document, bytes]]:
-            for item in iter_items(cfg, pool):
-                read_bar.update()
-                if isinstance(item, Skipped):
-                    stats[item.source].skipped += 1
-                    skips.append(item)
-                    continue
-                st = stats[item.source]
-                st.read += 1
-                text = item.text.strip()
-                digest = hashlib.sha1(text.encode("utf-8")).digest()
-                if digest in seen:
-                    st.duplicate += 1
-                    continue
-                seen.add(digest)
-                if _unit(digest, b"sample") >= cfg.fractions.get(item.source, 1.0):
-                    st.sampled_out += 1
-                    continue
-                if item.paper is not None:
-                    if item.paper.abstract is None:
-                        no_abstract.append(item.origin)
-                    papers.write(
-                        json.dumps(
-                            {"source": item.source, "file": item.origin, **asdict(item.paper)}, ensure_ascii=False
-                        )
-                        + "\n"
-                    )
-                yield item, digest
-
-        # Chunks of batches go to the pool together: results come back in order, and
-        # memory holds one chunk of texts however large the corpus.
-        batches = batched(kept_documents(), BATCH_DOCS)
-        while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
-            texts = [[doc.text for doc, _ in batch] for batch in chunk]
-            for batch, tokens in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):
-                for (doc, digest), paragraphs in zip(batch, tokens, strict=True):
-                    token_bar.update(len(doc.text.encode("utf-8")))
-                    st = stats[doc.source]
-                    count = sum(len(p) for p in paragraphs)
-                    if count < max(cfg.min_tokens.get(doc.source, 1), 1):
-                        st.too_short += 1
+            def kept_documents() -> Iterator[tuple[Document, bytes]]:
+                for item in iter_items(cfg, pool):
+                    read_bar.update()
+                    if isinstance(item, Skipped):
+                        stats[item.source].skipped += 1
+                        skips.append(item)
                         continue
-                    u = _unit(digest, b"split")
-                    split = (
-                        "test"
-                        if u < cfg.test_fraction
-                        else ("valid" if u < cfg.test_fraction + cfg.valid_fraction else "train")
-                    )
-                    writer.add_document(split, paragraphs)
-                    st.documents += 1
-                    st.tokens += count
-                    st.characters += len(doc.text)
-        writer.finalize()
-    finally:
-        read_bar.close()
-        token_bar.close()
-        papers.close()
-        if pool is not None:
-            pool.terminate()
+                    st = stats[item.source]
+                    st.read += 1
+                    text = item.text.strip()
+                    digest = hashlib.sha1(text.encode("utf-8")).digest()
+                    if digest in seen:
+                        st.duplicate += 1
+                        continue
+                    seen.add(digest)
+                    # A hash, not a random draw: a rerun keeps the same documents.
+                    if split_key(digest, b"sample") / 2**64 >= cfg.fractions.get(item.source, 1.0):
+                        st.sampled_out += 1
+                        continue
+                    if item.paper is not None:
+                        if item.paper.abstract is None:
+                            no_abstract.append(item.origin)
+                        papers.write(
+                            json.dumps(
+                                {"source": item.source, "file": item.origin, **asdict(item.paper)}, ensure_ascii=False
+                            )
+                            + "\n"
+                        )
+                    yield item, digest
 
-    encoder.write_dictionary(partial / "dict.txt")
-    result = {
-        "sources": {name: asdict(st) for name, st in stats.items()},
-        "splits": {s: {"documents": writer.documents[s], "tokens": writer.tokens[s]} for s in SPLITS},
-        "papers_without_abstract": no_abstract,
-        "skipped": {
-            "count": len(skips),
-            "by_reason": dict(Counter(_reason_kind(s.reason) for s in skips)),
-            "examples": [asdict(s) for s in skips[:50]],
-        },
-    }
-    (partial / "stats.json").write_text(json.dumps(result, indent=2))
-    staging.publish(KIND, inputs, splits=result["splits"])
+            # Chunks of batches go to the pool together: results come back in order, and
+            # memory holds one chunk of texts however large the corpus.
+            batches = batched(kept_documents(), BATCH_DOCS)
+            while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
+                texts = [[doc.text for doc, _ in batch] for batch in chunk]
+                for batch, tokens in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):
+                    for (doc, digest), paragraphs in zip(batch, tokens, strict=True):
+                        token_bar.update(len(doc.text.encode("utf-8")))
+                        st = stats[doc.source]
+                        count = sum(len(p) for p in paragraphs)
+                        if count < max(cfg.min_tokens.get(doc.source, 1), 1):
+                            st.too_short += 1
+                            continue
+                        spool.add(split_key(digest), [p.astype(writer.dtype) for p in paragraphs])
+                        st.documents += 1
+                        st.tokens += count
+                        st.characters += len(doc.text)
+        finally:
+            read_bar.close()
+            token_bar.close()
+            papers.close()
+            if pool is not None:
+                pool.terminate()
+        if not spool:
+            raise _nothing_kept(stats, skips)
+        placed = spool.replay(cfg.valid_fraction, cfg.test_fraction)
+        for split, paragraphs in tqdm(placed, total=len(spool), desc="write", unit=" docs"):
+            writer.add_document(split, paragraphs)
+        writer.finalize()
+
+        encoder.write_dictionary(staging.dir / "dict.txt")
+        result = {
+            "sources": {name: asdict(st) for name, st in stats.items()},
+            "splits": {s: {"documents": writer.documents[s], "tokens": writer.tokens[s]} for s in SPLITS},
+            "papers_without_abstract": no_abstract,
+            "skipped": {
+                "count": len(skips),
+                "by_reason": dict(Counter(_reason_kind(s.reason) for s in skips)),
+                "examples": [asdict(s) for s in skips[:50]],
+            },
+        }
+        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+        staging.publish(KIND, inputs, splits=result["splits"])
     return result
+
+
+def _nothing_kept(stats: dict[str, SourceStats], skips: list[Skipped]) -> PrepError:
+    """The error for a run that kept no document, with where they went."""
+    parts = [f"{sum(st.read for st in stats.values())} read"]
+    for key, label in (("duplicate", "duplicates"), ("sampled_out", "sampled out"), ("too_short", "too short")):
+        dropped = sum(getattr(st, key) for st in stats.values())
+        if dropped:
+            parts.append(f"{dropped} {label}")
+    if skips:
+        parts.append(f"{len(skips)} skipped, the first: {skips[0].origin}: {skips[0].reason}")
+    return PrepError(f"no document to write ({'; '.join(parts)})")
 
 
 def _reason_kind(reason: str) -> str:
@@ -296,7 +307,8 @@ def _reason_kind(reason: str) -> str:
 
 
 def stats_table(result: dict) -> str:
-    """The paper's Table 5 in spirit: tokens and average document length per source."""
+    """The paper's Table 5 in spirit: tokens and average document length per source; then
+    the documents and tokens of each split."""
     rows = [("source", "documents", "tokens", "avg tokens/doc", "dropped: short/dup/sampled/bad")]
     total_docs = total_tokens = 0
     for name, st in result["sources"].items():
@@ -315,4 +327,6 @@ def stats_table(result: dict) -> str:
     rows.append(
         ("total", f"{total_docs:,}", f"{total_tokens:,}", f"{total_tokens / total_docs if total_docs else 0:,.0f}", "")
     )
-    return aligned_table(rows)
+    splits = [("split", "documents", "tokens")]
+    splits += [(name, f"{st['documents']:,}", f"{st['tokens']:,}") for name, st in result["splits"].items()]
+    return aligned_table(rows) + "\n\n" + aligned_table(splits)

@@ -10,10 +10,12 @@ made from and what came out. This module holds what they share:
 - :func:`guard_out_dir`, which keeps a command from mixing its files with someone else's;
 - :func:`finished_manifest`, which makes a rerun with the same inputs a no-op;
 - :class:`Staging`: files are written under ``OUT/.partial`` and moved in together, the
-  manifest last, so an interrupted run never looks finished;
+  manifest last, so an interrupted run never looks finished; a run that fails removes
+  what it staged;
 - :class:`MmapWriter`, one fairseq mmap dataset written item by item;
-- :func:`file_stamp` (what a manifest records of an input file), :func:`batched`, and
-  :func:`aligned_table`, the layout of the stats table each command prints.
+- :func:`file_stamp` (what a manifest records of an input file), :func:`batched`,
+  :func:`worker_pool`, and :func:`aligned_table`, the layout of the stats table each
+  command prints.
 
 fairseq itself is imported only where a dataset is written (:class:`MmapWriter`): the
 spawn workers of ``prep docs`` import their readers through this module, and importing
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import shutil
+import signal
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -48,7 +52,10 @@ class PrepError(ValueError):
 
 
 def guard_out_dir(out: Path, ours: Iterable[str], force: bool) -> None:
-    """Create ``out``, or check that it holds nothing but this preparation's files.
+    """Check that ``out`` does not exist yet or holds nothing but this preparation's files.
+
+    It is not created here: :class:`Staging` creates it, so a run that fails on its
+    inputs leaves nothing behind.
 
     Args:
         out: the output directory.
@@ -58,7 +65,6 @@ def guard_out_dir(out: Path, ours: Iterable[str], force: bool) -> None:
     """
     out = Path(out)
     if not out.exists():
-        out.mkdir(parents=True)
         return
     if not out.is_dir():
         raise PrepError(f"--out: {out} is a file, not a directory")
@@ -107,6 +113,22 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
         yield batch
 
 
+def worker_pool(workers: int, initializer, *args):
+    """A pool of ``workers`` processes, each set up by ``initializer(*args)``; None for one worker.
+
+    Workers are spawned (tokenizers' Rust threads and fork do not mix) and ignore Ctrl-C:
+    the parent stops the run and its pool, with one message rather than one per worker.
+    """
+    if workers < 2:
+        return None
+    return multiprocessing.get_context("spawn").Pool(workers, _uninterrupted, (initializer, *args))
+
+
+def _uninterrupted(initializer, *args) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    initializer(*args)
+
+
 def aligned_table(rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> str:
     """``rows`` (the header first) as text columns two spaces apart: the columns in
     ``left`` (names, labels) flush left, the rest (numbers) flush right."""
@@ -120,17 +142,31 @@ def aligned_table(rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> 
 class Staging:
     """A preparation's outputs, written under ``OUT/.partial`` and published together.
 
-    Opening clears what an interrupted run left; :meth:`publish` removes the old
-    manifest first, moves every staged file into ``out`` and writes the new manifest
-    last, so a crash at any point leaves a directory without a manifest, which is never
-    taken for a finished run.
+    Use it as a context manager. Entering creates ``out`` if needed and clears what an
+    interrupted run left in ``.partial``; :meth:`publish` removes the old manifest
+    first, moves every staged file into ``out`` and writes the new manifest last, so a
+    crash at any point leaves a directory without a manifest, which is never taken for
+    a finished run. Leaving on an exception (bad input, Ctrl-C) removes ``.partial``,
+    and ``out`` too when this run created it and it is empty.
     """
 
     def __init__(self, out: Path):
         self.out = Path(out)
         self.dir = self.out / STAGING
+        self._created_out = False
+
+    def __enter__(self) -> "Staging":
+        self._created_out = not self.out.exists()
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is None:
+            return
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._created_out and self.out.is_dir() and not any(self.out.iterdir()):
+            self.out.rmdir()
 
     def publish(self, kind: str, inputs: dict, owned: Iterable[str] = (), **outputs) -> dict:
         """Move the staged files in and write the manifest; returns it.
@@ -167,6 +203,7 @@ class MmapWriter:
             pick an unsigned type, where -1 wraps). fairseq reads both back as int64.
 
     Attributes:
+        dtype: the numpy type the values are stored as.
         items: items added so far.
         tokens: values added so far.
     """
@@ -176,8 +213,8 @@ class MmapWriter:
 
         self.prefix = str(prefix)
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-        dtype = np.int32 if signed else indexed_dataset.best_fitting_int_dtype(vocab_size)
-        self.builder = indexed_dataset.MMapIndexedDatasetBuilder(self.prefix + ".bin", dtype=dtype)
+        self.dtype = np.int32 if signed else indexed_dataset.best_fitting_int_dtype(vocab_size)
+        self.builder = indexed_dataset.MMapIndexedDatasetBuilder(self.prefix + ".bin", dtype=self.dtype)
         self.items = self.tokens = 0
 
     def add(self, ids) -> None:

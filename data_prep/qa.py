@@ -15,6 +15,11 @@ Two input formats (``--format``):
   "answers": [{"text", "answer_start"}], "is_impossible"?}]}]}]}``; the gold spans are
   the given ones (``is_impossible`` questions have none).
 
+The splits are given files, or one input (``input``) that :func:`~.splits.assign_splits`
+cuts by question (TriviaQA: its ``QuestionId``, so a question's entity pages share a
+split) or by article (SQuAD: its title), valid and test getting their fractions and at
+least one each.
+
 Each example becomes one or more model inputs (windows) ``<s> question </s> document
 part </s>``: the document is truncated so the window fits ``max_tokens`` (the paper's
 4096), or, with ``doc_stride``, cut into windows that each fit, window k starting
@@ -39,7 +44,8 @@ An example with no gold span wholly inside any of its windows (the answer is not
 text, only in its truncated part, or, with a stride, too long for the windows' overlap)
 is counted and skipped in ``train`` (nothing to learn from) but kept in ``valid``/``test``,
 where evaluation must count it as wrong. SQuAD 2.0's unanswerable questions are such
-examples: the windows carry no "no answer" target.
+examples: the windows carry no "no answer" target. A split left without an example (an
+empty file, or a train split where no answer was found) is an error.
 
 The answer normalisation (:func:`normalize_answer`) lives here rather than in
 ``longformer_fs.evaluation.qa_metrics`` because the distant supervision must match
@@ -51,7 +57,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -73,6 +79,8 @@ from .fairseq_dataset import (
     finished_manifest,
     guard_out_dir,
 )
+from .inputs import load_json
+from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
 from .subword import SubwordEncoder, SubwordSpec
 
 KIND = "qa"
@@ -158,18 +166,6 @@ class QaExample:
     spans: tuple[tuple[int, int], ...]
 
 
-def _load_json(path: Path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise PrepError(f"{path}: not found") from None
-    except UnicodeDecodeError:
-        raise PrepError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as err:
-        raise PrepError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-
-
 def _field(obj, key: str, kind: type | tuple[type, ...], where: str):
     """``obj[key]``, checked to be a dict entry of type ``kind``; a PrepError naming ``where`` if not."""
     if not isinstance(obj, dict):
@@ -200,14 +196,14 @@ def _unique_ids(ids: Iterable[tuple[str, str]], path: Path) -> None:
         seen.add(example_id)
 
 
-def read_triviaqa(path: Path, evidence: Path) -> tuple[int, Iterator[QaExample]]:
-    """TriviaQA (Wikipedia setting): the number of examples, and the examples.
+def read_triviaqa(path: Path, evidence: Path) -> tuple[list[str], Iterator[QaExample]]:
+    """TriviaQA (Wikipedia setting): each example's question id (its group for splitting), and the examples.
 
     The whole file's structure and every evidence file's existence are checked before
     the first example is yielded; page texts are read as the examples are.
     """
     path, pages_dir = Path(path), Path(evidence) / "wikipedia"
-    data = _field(_load_json(path), "Data", list, str(path))
+    data = _field(load_json(path), "Data", list, str(path))
     checked = []  # (example id, where, question, answers, page file)
     for i, entry in enumerate(data):
         where = f"{path}: Data[{i}]"
@@ -224,11 +220,11 @@ def read_triviaqa(path: Path, evidence: Path) -> tuple[int, Iterator[QaExample]]
             file = pages_dir / filename
             if not file.is_file():
                 raise PrepError(f"{where}: EntityPages[{k}]: evidence file {file} not found")
-            checked.append((f"{qid}--{filename}", where, question, tuple(answers), file))
+            checked.append((f"{qid}--{filename}", where, question, tuple(answers), file, qid))
     _unique_ids(((c[0], c[1]) for c in checked), path)
 
     def examples() -> Iterator[QaExample]:
-        for example_id, where, question, answers, file in checked:
+        for example_id, where, question, answers, file, _ in checked:
             try:
                 context = file.read_text(encoding="utf-8")
             except UnicodeDecodeError:
@@ -236,14 +232,17 @@ def read_triviaqa(path: Path, evidence: Path) -> tuple[int, Iterator[QaExample]]
             spans = tuple(find_answer_spans(context, answers))
             yield QaExample(example_id, question, answers, context, spans)
 
-    return len(checked), examples()
+    return [c[-1] for c in checked], examples()
 
 
-def read_squad(path: Path) -> tuple[int, Iterator[QaExample]]:
-    """SQuAD-style JSON: the number of examples, and the examples (with the given spans)."""
+def read_squad(path: Path) -> tuple[list[str], Iterator[QaExample]]:
+    """SQuAD-style JSON: each example's article (its title, or its index without one: the
+    group for splitting), and the examples (with the given spans)."""
     path = Path(path)
     examples = []
-    for a, article in enumerate(_field(_load_json(path), "data", list, str(path))):
+    for a, article in enumerate(_field(load_json(path), "data", list, str(path))):
+        title = article.get("title") if isinstance(article, dict) else None
+        group = title if isinstance(title, str) else f"data[{a}]"
         for p, paragraph in enumerate(_field(article, "paragraphs", list, f"{path}: data[{a}]")):
             where_p = f"{path}: data[{a}].paragraphs[{p}]"
             context = _field(paragraph, "context", str, where_p)
@@ -265,10 +264,10 @@ def read_squad(path: Path) -> tuple[int, Iterator[QaExample]]:
                         answers.append(text)
                     spans.add((start, start + len(text)))
                 examples.append(
-                    (QaExample(str(example_id), question, tuple(answers), context, tuple(sorted(spans))), where)
+                    (QaExample(str(example_id), question, tuple(answers), context, tuple(sorted(spans))), where, group)
                 )
-    _unique_ids(((e.id, where) for e, where in examples), path)
-    return len(examples), (e for e, _ in examples)
+    _unique_ids(((e.id, where) for e, where, _ in examples), path)
+    return [group for _, _, group in examples], (e for e, _, _ in examples)
 
 
 # ---------------------------------------------------------------- windows
@@ -382,10 +381,11 @@ class QaPrepConfig:
     """What ``prep qa`` reads and how it cuts.
 
     Attributes:
-        files: split name (``train``/``valid``/``test``) -> input JSON.
+        files: split name (``train``/``valid``/``test``) -> input JSON; empty when ``input`` is split.
         evidence: TriviaQA's evidence directory (holding ``wikipedia/``).
         max_tokens: the most tokens in a window, ``<s>`` and both ``</s>`` included.
         doc_stride: None: truncate each document; N: overlapping windows N tokens apart.
+        input: one input JSON to split by ``valid_fraction``/``test_fraction``.
     """
 
     subword: SubwordSpec
@@ -394,6 +394,9 @@ class QaPrepConfig:
     evidence: Path | None = None
     max_tokens: int = 4096
     doc_stride: int | None = None
+    input: Path | None = None
+    valid_fraction: float = 0.1
+    test_fraction: float = 0.1
 
 
 @dataclass
@@ -417,6 +420,8 @@ def input_manifest(cfg: QaPrepConfig) -> dict:
     return {
         "format": cfg.format,
         "files": {split: file_stamp(path) for split, path in cfg.files.items()},
+        "input": file_stamp(cfg.input) if cfg.input is not None else None,
+        "fractions": [cfg.valid_fraction, cfg.test_fraction] if cfg.input is not None else None,
         "evidence": str(Path(cfg.evidence).resolve()) if cfg.evidence else None,
         "max_tokens": cfg.max_tokens,
         "doc_stride": cfg.doc_stride,
@@ -427,14 +432,18 @@ def input_manifest(cfg: QaPrepConfig) -> dict:
 def _check_config(cfg: QaPrepConfig) -> None:
     if cfg.format not in FORMATS:
         raise PrepError(f"--format: {cfg.format!r} is not one of {', '.join(FORMATS)}")
-    if not cfg.files:
-        raise PrepError("give at least one of --train, --valid, --test")
+    if cfg.input is not None and cfg.files:
+        raise PrepError("give either --input (split by the fractions) or --train/--valid/--test files, not both")
+    if cfg.input is None and not cfg.files:
+        raise PrepError("give at least one of --train, --valid, --test, or one --input to split")
     unknown = set(cfg.files) - set(SPLITS)
     if unknown:
         raise PrepError(f"splits: {', '.join(sorted(unknown))} is not one of {', '.join(SPLITS)}")
-    for split, path in cfg.files.items():
-        if not Path(path).is_file():
-            raise PrepError(f"--{split}: {path} not found")
+    for option, path in [(f"--{split}", path) for split, path in cfg.files.items()] + [("--input", cfg.input)]:
+        if path is not None and not Path(path).is_file():
+            raise PrepError(f"{option}: {path} not found")
+    if cfg.input is not None:
+        check_fractions(cfg.valid_fraction, cfg.test_fraction)
     if cfg.format == "triviaqa":
         if cfg.evidence is None:
             raise PrepError("--evidence: required with --format triviaqa (the directory holding wikipedia/)")
@@ -446,69 +455,125 @@ def _check_config(cfg: QaPrepConfig) -> None:
         raise PrepError(f"--doc-stride: must be at least 1, got {cfg.doc_stride}")
 
 
-def read_examples(cfg: QaPrepConfig, path: Path) -> tuple[int, Iterator[QaExample]]:
+def read_examples(cfg: QaPrepConfig, path: Path) -> tuple[list[str], Iterator[QaExample]]:
+    """Each example's group (what splitting keeps together), and the examples, of one input file."""
     if cfg.format == "triviaqa":
         return read_triviaqa(path, cfg.evidence)
     return read_squad(path)
 
 
-def _write_split(split: str, path: Path, cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path) -> QaSplitStats:
-    total, examples = read_examples(cfg, path)
-    stats = QaSplitStats()
-    writers = {name: MmapWriter(directory / f"{split}.{name}", signed=True) for name in ("starts", "ends", "offsets")}
-    writers["tokens"] = MmapWriter(directory / f"{split}.tokens", encoder.dictionary_size)
-    with (
-        open(directory / f"{split}.windows.jsonl", "w", encoding="utf-8") as windows_file,
-        open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as examples_file,
-        tqdm(total=total, desc=f"{split}: tokenize+window", unit=" examples") as bar,
-    ):
-        for batch in batched(examples, BATCH_EXAMPLES):
-            encoded = encoder.encode_with_offsets([text for ex in batch for text in (ex.question, ex.context)])
-            for ex, (question_ids, _), (doc_ids, doc_offsets) in zip(batch, encoded[0::2], encoded[1::2], strict=True):
+def placed_examples(cfg: QaPrepConfig) -> tuple[dict[str, tuple[Path, int]], Iterator[tuple[str, QaExample]]]:
+    """Every example with its split, in input order.
+
+    Every input file is read and checked first.
+
+    Returns:
+        Per split, in :data:`SPLITS` order: the file its examples come from and how many
+        there are; and the ``(split, example)`` pairs.
+    """
+    if cfg.input is None:
+        read = {split: read_examples(cfg, cfg.files[split]) for split in SPLITS if split in cfg.files}
+        for split, (groups, _) in read.items():
+            if not groups:
+                raise PrepError(f"--{split}: {cfg.files[split]} holds no example")
+        splits = {split: (cfg.files[split], len(groups)) for split, (groups, _) in read.items()}
+        return splits, ((split, example) for split, (_, examples) in read.items() for example in examples)
+    groups, examples = read_examples(cfg, cfg.input)
+    if not groups:
+        raise PrepError(f"--input: {cfg.input} holds no example")
+    placed = [
+        SPLITS[s]
+        for s in assign_splits(
+            [split_key(group.encode("utf-8")) for group in groups],
+            cfg.valid_fraction,
+            cfg.test_fraction,
+            unit="questions" if cfg.format == "triviaqa" else "articles",
+            remedy=FRACTIONS_REMEDY,
+        )
+    ]
+    counts = Counter(placed)
+    return {split: (cfg.input, counts[split]) for split in SPLITS if counts[split]}, zip(placed, examples, strict=True)
+
+
+class _SplitFiles:
+    """The files of one split, written example by example, and its counts."""
+
+    def __init__(self, directory: Path, split: str, dictionary_size: int):
+        self.split = split
+        self.items = {
+            name: MmapWriter(directory / f"{split}.{name}", signed=True) for name in ("starts", "ends", "offsets")
+        }
+        self.items["tokens"] = MmapWriter(directory / f"{split}.tokens", dictionary_size)
+        self.windows = open(directory / f"{split}.windows.jsonl", "w", encoding="utf-8")
+        self.examples = open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8")
+        self.stats = QaSplitStats()
+
+    def add(self, example: QaExample, question_tokens: int, windows: list[Window], truncated: bool) -> None:
+        """Count the example, and write its windows unless it is a train example without an answer in them."""
+        st = self.stats
+        found = any(len(w.starts) for w in windows)
+        st.examples += 1
+        st.occurrences += len(example.spans)
+        st.longest_question = max(st.longest_question, question_tokens)
+        st.truncated_documents += truncated
+        if found:
+            st.answer_found += 1
+        elif example.spans:
+            st.answer_in_no_window += 1
+        else:
+            st.answer_not_in_text += 1
+        if self.split == "train" and not found:
+            st.skipped += 1
+            return
+        for k, window in enumerate(windows):
+            self.items["tokens"].add(window.tokens)
+            self.items["starts"].add(window.starts)
+            self.items["ends"].add(window.ends)
+            self.items["offsets"].add(window.offsets.reshape(-1))
+            self.windows.write(json.dumps({"id": example.id, "window": k, "question_tokens": question_tokens}) + "\n")
+        st.windows += len(windows)
+        record = {"id": example.id, "question": example.question, "answers": list(example.answers)}
+        self.examples.write(json.dumps({**record, "context": example.context}, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        for writer in self.items.values():
+            writer.finalize()
+        self.windows.close()
+        self.examples.close()
+
+
+def _write_examples(cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path) -> dict[str, QaSplitStats]:
+    """Tokenize, window and write every example into its split's files; returns each split's counts."""
+    sources, placed = placed_examples(cfg)
+    files = {split: _SplitFiles(directory, split, encoder.dictionary_size) for split in sources}
+    with tqdm(total=sum(n for _, n in sources.values()), desc="tokenize+window", unit=" examples") as bar:
+        for batch in batched(placed, BATCH_EXAMPLES):
+            encoded = encoder.encode_with_offsets([text for _, ex in batch for text in (ex.question, ex.context)])
+            for (split, ex), (question_ids, _), (doc_ids, doc_offsets) in zip(
+                batch, encoded[0::2], encoded[1::2], strict=True
+            ):
                 room = document_room(len(question_ids), cfg.max_tokens)
                 if room < 1:
                     raise PrepError(
-                        f"{path}: example {ex.id!r}: the question has {len(question_ids)} tokens; with <s> and two "
-                        f"</s> it leaves no room for the document in --max-tokens {cfg.max_tokens}"
+                        f"{sources[split][0]}: example {ex.id!r}: the question has {len(question_ids)} tokens; with "
+                        f"<s> and two </s> it leaves no room for the document in --max-tokens {cfg.max_tokens}"
                     )
                 answer_tokens = char_spans_to_tokens(doc_offsets, ex.spans)
                 windows = make_windows(
                     question_ids, doc_ids, doc_offsets, answer_tokens, cfg.max_tokens, cfg.doc_stride
                 )
-                stats.examples += 1
-                stats.occurrences += len(ex.spans)
-                stats.longest_question = max(stats.longest_question, len(question_ids))
-                stats.truncated_documents += cfg.doc_stride is None and len(doc_ids) > room
-                found = any(len(w.starts) for w in windows)
-                if found:
-                    stats.answer_found += 1
-                elif ex.spans:
-                    stats.answer_in_no_window += 1
-                else:
-                    stats.answer_not_in_text += 1
-                bar.update()
-                if split == "train" and not found:
-                    stats.skipped += 1
-                    continue
-                for k, window in enumerate(windows):
-                    writers["tokens"].add(window.tokens)
-                    writers["starts"].add(window.starts)
-                    writers["ends"].add(window.ends)
-                    writers["offsets"].add(window.offsets.reshape(-1))
-                    windows_file.write(
-                        json.dumps({"id": ex.id, "window": k, "question_tokens": len(question_ids)}) + "\n"
-                    )
-                stats.windows += len(windows)
-                examples_file.write(
-                    json.dumps(
-                        {"id": ex.id, "question": ex.question, "answers": list(ex.answers), "context": ex.context},
-                        ensure_ascii=False,
-                    )
-                    + "\n"
-                )
-    for writer in writers.values():
-        writer.finalize()
-    return stats
+                files[split].add(ex, len(question_ids), windows, cfg.doc_stride is None and len(doc_ids) > room)
+            bar.update(len(batch))
+    for split_files in files.values():
+        split_files.close()
+    train = files["train"].stats if "train" in files else None
+    if train is not None and not train.windows:
+        raise PrepError(
+            f"{sources['train'][0]}: no train example has its answer inside a window ({train.answer_not_in_text} "
+            f"not in the text, {train.answer_in_no_window} cut away by --max-tokens or the window edges); "
+            "nothing to train on"
+        )
+    return {split: split_files.stats for split, split_files in files.items()}
 
 
 def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> dict:
@@ -526,15 +591,12 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
         log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
         return json.loads((out / "stats.json").read_text())
 
-    staging = Staging(out)
-    splits = {}
-    for split in SPLITS:
-        if split in cfg.files:
-            splits[split] = asdict(_write_split(split, Path(cfg.files[split]), cfg, encoder, staging.dir))
-    encoder.write_dictionary(staging.dir / "dict.txt")
-    result = {"format": cfg.format, "max_tokens": cfg.max_tokens, "doc_stride": cfg.doc_stride, "splits": splits}
-    (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-    staging.publish(KIND, inputs, owned=outputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()})
+    with Staging(out) as staging:
+        splits = {split: asdict(st) for split, st in _write_examples(cfg, encoder, staging.dir).items()}
+        encoder.write_dictionary(staging.dir / "dict.txt")
+        result = {"format": cfg.format, "max_tokens": cfg.max_tokens, "doc_stride": cfg.doc_stride, "splits": splits}
+        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+        staging.publish(KIND, inputs, owned=outputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()})
     return result
 
 

@@ -25,20 +25,20 @@ Inputs (:data:`LAYOUTS`), one JSON object per line:
 - ``jsonl``: named fields; a field is a string or a list of strings (sentences). A string
   summary is split into sentences at newlines, or else by :func:`data_prep.sentences.split_sentences`.
 
-Splits come from files (``--train/--valid/--test``), or from one input, where a hash of the
-source text picks the split, so reruns agree and identical documents share a split.
+Splits come from files (``--train/--valid/--test``), or from one input that
+:func:`~.splits.assign_splits` cuts by a hash of the source text: valid and test get their
+fractions of the pairs, at least one each, and identical documents share a split.
 
 Lines that are not JSON objects, or lack a field, are reported and skipped; so are pairs
 with an empty side (a paper without an abstract). A file where no line has the fields is
-an error: the field names are wrong.
+an error: the field names are wrong; so is a file of another kind (a PDF), and a split
+left without a pair.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-import multiprocessing
 import os
 import re
 from collections import Counter
@@ -53,7 +53,6 @@ from .doc_sources import jsonl_records
 from .fairseq_dataset import (
     BOS,
     EOS,
-    MANIFEST,
     SPLITS,
     MmapWriter,
     PrepError,
@@ -63,8 +62,11 @@ from .fairseq_dataset import (
     file_stamp,
     finished_manifest,
     guard_out_dir,
+    worker_pool,
 )
+from .inputs import wrong_kind
 from .sentences import split_sentences
+from .splits import SplitSpool, check_fractions, split_key
 from .subword import SubwordSpec
 
 KIND = "summarization"
@@ -200,18 +202,23 @@ def read_pairs(path: Path, split: str | None, cfg: SummarizationConfig) -> Itera
     """Every pair and dropped line of one input file.
 
     Raises:
-        PrepError: (once the file is read) no line has both fields.
+        PrepError: the file is of another kind (a PDF); or, once it is read, no line is a
+            JSON object with both fields.
     """
     id_field, source_field, target_field = cfg.fields()
     tagged = LAYOUTS[cfg.input_format].tagged
+    problem = wrong_kind(path, "JSONL")
+    if problem:
+        raise PrepError(f"{path}: {problem}")
     with_fields = 0
     first_keys: list[str] | None = None
+    first_problem = None
     for origin, record, problem in jsonl_records(path):
+        if not problem and not isinstance(record, dict):
+            problem = "not a JSON object"
         if problem:
+            first_problem = first_problem or f"{origin}: {problem}"
             yield Dropped(origin, problem)
-            continue
-        if not isinstance(record, dict):
-            yield Dropped(origin, "not a JSON object")
             continue
         if first_keys is None:
             first_keys = list(record)
@@ -241,17 +248,12 @@ def read_pairs(path: Path, split: str | None, cfg: SummarizationConfig) -> Itera
             tuple(reference),
         )
     if with_fields == 0:
-        found = f"the first object has: {', '.join(first_keys) or 'nothing'}" if first_keys is not None else "no object"
+        if first_keys is None:
+            raise PrepError(f"{path}: no JSON object in it" + (f" ({first_problem})" if first_problem else ", empty"))
         raise PrepError(
-            f"{path}: no line has the fields {source_field!r} and {target_field!r} ({found}); "
-            "name them with --source-field/--target-field"
+            f"{path}: no line has the fields {source_field!r} and {target_field!r} (the first object has: "
+            f"{', '.join(first_keys) or 'nothing'}); name them with --source-field/--target-field"
         )
-
-
-def split_of(text: str, valid_fraction: float, test_fraction: float) -> str:
-    """The split a hash of ``text`` picks: the same text always lands in the same split."""
-    u = int.from_bytes(hashlib.sha1(b"split" + text.encode("utf-8")).digest()[:8], "big") / 2**64
-    return "test" if u < test_fraction else ("valid" if u < test_fraction + valid_fraction else "train")
 
 
 # ---------------------------------------------------------------- tokenizing (worker side)
@@ -386,8 +388,7 @@ def _check_config(cfg: SummarizationConfig) -> None:
     for split, path in cfg.inputs().items():
         if not Path(path).is_file():
             raise FileNotFoundError(f"--{split or 'input'}: {path} not found")
-    if not (0 <= cfg.valid_fraction < 1 and 0 <= cfg.test_fraction < 1 and cfg.valid_fraction + cfg.test_fraction < 1):
-        raise PrepError("--valid-fraction/--test-fraction: need two fractions in [0, 1) summing below 1")
+    check_fractions(cfg.valid_fraction, cfg.test_fraction)
     if cfg.max_source_tokens < 3 or cfg.max_target_tokens < 2:
         raise PrepError("--max-source-tokens/--max-target-tokens: need room for one token besides <s>/</s>")
     if cfg.workers < 1:
@@ -409,71 +410,81 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
         log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
         return json.loads((out / "stats.json").read_text())
 
-    splits = SPLITS if cfg.input is not None else tuple(s for s in SPLITS if s in cfg.files)
-    staging = Staging(out)
+    if cfg.input is None:
+        splits = tuple(s for s in SPLITS if s in cfg.files)
+    else:
+        splits = ("train",) + tuple(s for s in ("valid", "test") if getattr(cfg, f"{s}_fraction") > 0)
     encoder = _WORKER["encoder"]
-    writers = {split: _PairWriter(staging.dir, split, encoder.dictionary_size) for split in splits}
     dropped: list[Dropped] = []
-    ctx = multiprocessing.get_context("spawn")  # tokenizers' Rust threads and fork do not mix
-    pool = ctx.Pool(cfg.workers, _init_worker, (cfg.subword,)) if cfg.workers > 1 else None
-    read_bar = tqdm(desc="read", unit=" lines", position=0)
-    token_bar = tqdm(desc="tokenize+write", unit=" pairs", position=1)
-    try:
+    with Staging(out) as staging:
+        writers = {split: _PairWriter(staging.dir, split, encoder.dictionary_size) for split in splits}
+        dtype = writers["train" if "train" in writers else splits[0]].source.dtype
+        # Pairs of one input to split wait on disk until every source is known (the split rule counts them).
+        spool = SplitSpool(staging.dir / "pairs.spool") if cfg.input is not None else None
+        pool = worker_pool(cfg.workers, _init_worker, cfg.subword)
+        read_bar = tqdm(desc="read", unit=" lines", position=0)
+        token_bar = tqdm(desc="tokenize", unit=" pairs", position=1)
+        try:
 
-        def pairs() -> Iterator[Pair]:
-            for split, path in cfg.inputs().items():
-                for item in read_pairs(path, split, cfg):
-                    read_bar.update()
-                    if isinstance(item, Dropped):
-                        dropped.append(item)
-                    else:
-                        yield item
+            def pairs() -> Iterator[Pair]:
+                for split, path in cfg.inputs().items():
+                    for item in read_pairs(path, split, cfg):
+                        read_bar.update()
+                        if isinstance(item, Dropped):
+                            dropped.append(item)
+                        else:
+                            yield item
 
-        # Chunks of batches go to the pool together: results come back in order, and
-        # memory holds one chunk of texts however large the input.
-        batches = batched(pairs(), BATCH_PAIRS)
-        while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
-            texts = [[(pair.source, " ".join(pair.reference)) for pair in batch] for batch in chunk]
-            for batch, ids in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):
-                for pair, (source, target) in zip(batch, ids, strict=True):
-                    split = pair.split or split_of(pair.source, cfg.valid_fraction, cfg.test_fraction)
-                    writers[split].add(pair, source, target, cfg)
-                    token_bar.update()
+            # Chunks of batches go to the pool together: results come back in order, and
+            # memory holds one chunk of texts however large the input.
+            batches = batched(pairs(), BATCH_PAIRS)
+            while chunk := list(itertools.islice(batches, 4 * cfg.workers)):
+                texts = [[(pair.source, " ".join(pair.reference)) for pair in batch] for batch in chunk]
+                for batch, ids in zip(chunk, (pool.imap if pool else map)(_tokenize, texts), strict=True):
+                    for pair, (source, target) in zip(batch, ids, strict=True):
+                        if spool is None:
+                            writers[pair.split].add(pair, source, target, cfg)
+                        else:
+                            key = split_key(pair.source.encode("utf-8"))
+                            spool.add(key, (pair, source.astype(dtype), target.astype(dtype)))
+                        token_bar.update()
+        finally:
+            read_bar.close()
+            token_bar.close()
+            if pool is not None:
+                pool.terminate()
+        if spool:
+            for split, (pair, source, target) in spool.replay(cfg.valid_fraction, cfg.test_fraction, unit="documents"):
+                writers[split].add(pair, source, target, cfg)
         for writer in writers.values():
             writer.finalize()
-    finally:
-        read_bar.close()
-        token_bar.close()
-        if pool is not None:
-            pool.terminate()
 
-    if not any(writer.stats.pairs for writer in writers.values()):
-        first = f"; first: {dropped[0].origin}: {dropped[0].reason}" if dropped else ""
-        raise PrepError(f"inputs: no pair to write (lines dropped: {len(dropped)}{first})")
-    for lang in (SOURCE, TARGET):
-        encoder.write_dictionary(staging.dir / f"dict.{lang}.txt")
-    empty = [d for d in dropped if d.empty_side]
-    skipped = [d for d in dropped if not d.empty_side]
-    result = {
-        "splits": {split: writer.stats.as_dict() for split, writer in writers.items()},
-        "limits": {"max_source_tokens": cfg.max_source_tokens, "max_target_tokens": cfg.max_target_tokens},
-        "empty_side": {"count": len(empty), "examples": [asdict(d) for d in empty[:REPORTED]]},
-        "skipped": {
-            "count": len(skipped),
-            "by_reason": dict(Counter(d.reason.split(" (", 1)[0] for d in skipped)),
-            "examples": [asdict(d) for d in skipped[:REPORTED]],
-        },
-    }
-    (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-    # A split this run does not write must not survive from an earlier run: the manifest
-    # goes first, so a crash in between leaves no finished-looking directory.
-    (out / MANIFEST).unlink(missing_ok=True)
-    for split in set(SPLITS) - set(splits):
-        for name in output_names(split):
-            (out / name).unlink(missing_ok=True)
-    staging.publish(
-        KIND, inputs, splits={s: {k: st[k] for k in ("pairs", "source_tokens")} for s, st in result["splits"].items()}
-    )
+        for split, writer in writers.items():
+            if not writer.stats.pairs:
+                where = f"--{split} {cfg.files[split]}" if cfg.input is None else f"--input {cfg.input}"
+                first = f"; the first: {dropped[0].origin}: {dropped[0].reason}" if dropped else ""
+                raise PrepError(f"{where}: no pair to write (lines dropped: {len(dropped)}{first})")
+        for lang in (SOURCE, TARGET):
+            encoder.write_dictionary(staging.dir / f"dict.{lang}.txt")
+        empty = [d for d in dropped if d.empty_side]
+        skipped = [d for d in dropped if not d.empty_side]
+        result = {
+            "splits": {split: writer.stats.as_dict() for split, writer in writers.items()},
+            "limits": {"max_source_tokens": cfg.max_source_tokens, "max_target_tokens": cfg.max_target_tokens},
+            "empty_side": {"count": len(empty), "examples": [asdict(d) for d in empty[:REPORTED]]},
+            "skipped": {
+                "count": len(skipped),
+                "by_reason": dict(Counter(d.reason.split(" (", 1)[0] for d in skipped)),
+                "examples": [asdict(d) for d in skipped[:REPORTED]],
+            },
+        }
+        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+        staging.publish(
+            KIND,
+            inputs,
+            owned=every_output,
+            splits={s: {k: st[k] for k in ("pairs", "source_tokens")} for s, st in result["splits"].items()},
+        )
     return result
 
 

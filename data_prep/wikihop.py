@@ -24,6 +24,9 @@ Output layout, one item per example in every file of a split::
     {split}.examples.jsonl         {"id", "candidates", "answer"}
     stats.json, prep.json
 
+The splits are given files, or one input that :func:`~.splits.assign_splits` cuts by
+the examples' ids (valid and test get their fractions, at least one example each).
+
 Question, candidates and supports are tokenized each on its own, as written. A context
 longer than the model can take is run in chunks that each repeat the prefix (the task's
 business); the stats count the examples longer than ``max_tokens`` and how many chunks of
@@ -54,6 +57,8 @@ from .fairseq_dataset import (
     finished_manifest,
     guard_out_dir,
 )
+from .inputs import load_json
+from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
 from .subword import SubwordSpec
 
 KIND = "wikihop"
@@ -87,15 +92,7 @@ def question_text(query: str) -> str:
 def read_wikihop(path: Path) -> list[WikihopExample]:
     """Every entry of a WikiHop JSON file, checked; a PrepError naming the bad entry if not."""
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise PrepError(f"{path}: not found") from None
-    except UnicodeDecodeError:
-        raise PrepError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as err:
-        raise PrepError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    data = load_json(path)
     if not isinstance(data, list):
         raise PrepError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
     examples, seen = [], set()
@@ -181,31 +178,72 @@ def build_context(support_ids: list[np.ndarray]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class WikihopConfig:
-    """``files``: split -> WikiHop JSON; ``max_tokens``: the model's length, for the stats."""
+    """What ``prep wikihop`` reads.
+
+    Attributes:
+        files: split -> WikiHop JSON; empty when ``input`` is split.
+        input: one WikiHop JSON to split by ``valid_fraction``/``test_fraction``.
+        max_tokens: the model's length, for the stats.
+    """
 
     subword: SubwordSpec
     files: dict
     max_tokens: int = 4096
+    input: Path | None = None
+    valid_fraction: float = 0.1
+    test_fraction: float = 0.1
 
 
 def input_manifest(cfg: WikihopConfig) -> dict:
     return {
         "files": {split: file_stamp(path) for split, path in cfg.files.items()},
+        "input": file_stamp(cfg.input) if cfg.input is not None else None,
+        "fractions": [cfg.valid_fraction, cfg.test_fraction] if cfg.input is not None else None,
         "max_tokens": cfg.max_tokens,
         "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
     }
 
 
 def _check_config(cfg: WikihopConfig) -> None:
-    if not cfg.files:
-        raise PrepError("give at least one of --train, --valid, --test")
+    if cfg.input is not None and cfg.files:
+        raise PrepError("give either --input (split by the fractions) or --train/--valid/--test files, not both")
+    if cfg.input is None and not cfg.files:
+        raise PrepError("give at least one of --train, --valid, --test, or one --input to split")
     for split, path in cfg.files.items():
         if split not in SPLITS:
             raise PrepError(f"splits: {split!r} is not one of {', '.join(SPLITS)}")
         if not Path(path).is_file():
             raise PrepError(f"--{split}: {path} not found")
+    if cfg.input is not None:
+        if not Path(cfg.input).is_file():
+            raise PrepError(f"--input: {cfg.input} not found")
+        check_fractions(cfg.valid_fraction, cfg.test_fraction)
     if cfg.max_tokens < 2:
         raise PrepError(f"--max-tokens: must be at least 2, got {cfg.max_tokens}")
+
+
+def read_splits(cfg: WikihopConfig) -> dict[str, list[WikihopExample]]:
+    """The examples of each split: those of its file, or of ``input`` as the split rule places them by id."""
+    given = {"input": cfg.input} if cfg.input is not None else {s: cfg.files[s] for s in SPLITS if s in cfg.files}
+    read = {name: read_wikihop(path) for name, path in given.items()}
+    for name, examples in read.items():
+        if not examples:
+            raise PrepError(f"--{name}: {given[name]} holds no example")
+    if cfg.input is None:
+        return read
+    examples = read["input"]
+    splits = assign_splits(
+        [split_key(ex.id.encode("utf-8")) for ex in examples],
+        cfg.valid_fraction,
+        cfg.test_fraction,
+        unit="examples",
+        remedy=FRACTIONS_REMEDY,
+    )
+    return {
+        split: [ex for ex, s in zip(examples, splits, strict=True) if SPLITS[s] == split]
+        for split in SPLITS
+        if split == "train" or getattr(cfg, f"{split}_fraction") > 0
+    }
 
 
 def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=print) -> dict:
@@ -221,69 +259,86 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
         log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
         return json.loads((out / "stats.json").read_text())
 
-    data = {split: read_wikihop(cfg.files[split]) for split in SPLITS if split in cfg.files}
-    staging = Staging(out)
-    encoder.write_dictionary(staging.dir / "dict.txt")
-    symbol_ids, dictionary_size = extend_dictionary(staging.dir / "dict.txt")
+    data = read_splits(cfg)
     stats = {}
-    with tqdm(total=sum(len(v) for v in data.values()), desc="tokenize+write", unit=" examples") as bar:
+    with (
+        Staging(out) as staging,
+        tqdm(total=sum(len(v) for v in data.values()), desc="tokenize+write", unit=" examples") as bar,
+    ):
+        encoder.write_dictionary(staging.dir / "dict.txt")
+        symbol_ids, dictionary_size = extend_dictionary(staging.dir / "dict.txt")
         for split, examples in data.items():
-            writers = {
-                "prefix": MmapWriter(staging.dir / f"{split}.prefix", dictionary_size),
-                "context": MmapWriter(staging.dir / f"{split}.context", dictionary_size),
-                "label": MmapWriter(
-                    staging.dir / f"{split}.label", max((len(ex.candidates) for ex in examples), default=1)
-                ),
-            }
-            lengths, prefixes, chunks = [], [], Counter()
-            with open(staging.dir / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
-                for batch in batched(examples, BATCH_EXAMPLES):
-                    # Each piece as it reads after a symbol or </s> in running text, with a space
-                    # before it: then a candidate's GPT-2 pieces are those of its mentions in the
-                    # supports (" england", not "england"), which the model must match.
-                    texts = [" " + t for ex in batch for t in (ex.question, *ex.candidates, *ex.supports)]
-                    encoded = iter(encoder.encode(texts))
-                    for ex in batch:
-                        question = next(encoded)
-                        candidates = [next(encoded) for _ in ex.candidates]
-                        supports = [next(encoded) for _ in ex.supports]
-                        prefix = build_prefix(question, candidates, symbol_ids)
-                        context = build_context(supports)
-                        room = cfg.max_tokens - len(prefix)
-                        if room < 1:
-                            raise PrepError(
-                                f"{cfg.files[split]}: example {ex.id!r}: question and candidates take {len(prefix)} "
-                                f"tokens, leaving no room for the context in --max-tokens {cfg.max_tokens}"
-                            )
-                        writers["prefix"].add(prefix)
-                        writers["context"].add(context)
-                        writers["label"].add(np.array([ex.label]))
-                        listing.write(
-                            json.dumps(
-                                {"id": ex.id, "candidates": list(ex.candidates), "answer": ex.answer},
-                                ensure_ascii=False,
-                            )
-                            + "\n"
-                        )
-                        lengths.append(len(prefix) + len(context))
-                        prefixes.append(len(prefix))
-                        chunks[-(-len(context) // room)] += 1
-                    bar.update(len(batch))
-            for writer in writers.values():
-                writer.finalize()
-            lengths_array = np.asarray(lengths or [0])
-            stats[split] = {
-                "examples": len(examples),
-                "mean_tokens": float(lengths_array.mean()),
-                "longest": int(lengths_array.max()),
-                "max_prefix_tokens": max(prefixes, default=0),
-                "over_max_tokens": int((lengths_array > cfg.max_tokens).sum()),
-                "chunks": {str(k): chunks[k] for k in sorted(chunks)},
-            }
-    result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
-    (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-    staging.publish(KIND, inputs, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()})
+            source = cfg.files.get(split, cfg.input)
+            stats[split] = _write_split(
+                staging.dir, split, examples, source, encoder, symbol_ids, dictionary_size, cfg.max_tokens, bar
+            )
+        result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
+        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
+        staging.publish(KIND, inputs, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()})
     return result
+
+
+def _write_split(
+    directory: Path,
+    split: str,
+    examples: list[WikihopExample],
+    source: Path,
+    encoder,
+    symbol_ids: dict[str, int],
+    dictionary_size: int,
+    max_tokens: int,
+    bar,
+) -> dict:
+    """Tokenize and write one split's files; returns its stats."""
+    writers = {
+        "prefix": MmapWriter(directory / f"{split}.prefix", dictionary_size),
+        "context": MmapWriter(directory / f"{split}.context", dictionary_size),
+        "label": MmapWriter(directory / f"{split}.label", max((len(ex.candidates) for ex in examples), default=1)),
+    }
+    lengths, prefixes, chunks = [], [], Counter()
+    with open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
+        for batch in batched(examples, BATCH_EXAMPLES):
+            # Each piece as it reads after a symbol or </s> in running text, with a space
+            # before it: then a candidate's GPT-2 pieces are those of its mentions in the
+            # supports (" england", not "england"), which the model must match.
+            texts = [" " + t for ex in batch for t in (ex.question, *ex.candidates, *ex.supports)]
+            encoded = iter(encoder.encode(texts))
+            for ex in batch:
+                question = next(encoded)
+                candidates = [next(encoded) for _ in ex.candidates]
+                supports = [next(encoded) for _ in ex.supports]
+                prefix = build_prefix(question, candidates, symbol_ids)
+                context = build_context(supports)
+                room = max_tokens - len(prefix)
+                if room < 1:
+                    raise PrepError(
+                        f"{source}: example {ex.id!r}: question and candidates take {len(prefix)} "
+                        f"tokens, leaving no room for the context in --max-tokens {max_tokens}"
+                    )
+                writers["prefix"].add(prefix)
+                writers["context"].add(context)
+                writers["label"].add(np.array([ex.label]))
+                listing.write(
+                    json.dumps(
+                        {"id": ex.id, "candidates": list(ex.candidates), "answer": ex.answer}, ensure_ascii=False
+                    )
+                    + "\n"
+                )
+                lengths.append(len(prefix) + len(context))
+                prefixes.append(len(prefix))
+                chunks[-(-len(context) // room)] += 1
+            bar.update(len(batch))
+    for writer in writers.values():
+        writer.finalize()
+    lengths_array = np.asarray(lengths or [0])
+    return {
+        "examples": len(examples),
+        "mean_tokens": float(lengths_array.mean()),
+        "longest": int(lengths_array.max()),
+        "max_prefix_tokens": max(prefixes, default=0),
+        "over_max_tokens": int((lengths_array > max_tokens).sum()),
+        "chunks": {str(k): chunks[k] for k in sorted(chunks)},
+    }
 
 
 def stats_table(result: dict) -> str:

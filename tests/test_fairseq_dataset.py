@@ -1,4 +1,4 @@
-"""The core every preparation shares: special ids, the output guard, manifests, staging."""
+"""The core every preparation shares: special ids, the output guard, manifests, staging, the split rule."""
 
 import json
 
@@ -30,10 +30,11 @@ def test_special_ids_are_fairseqs():
     assert [d[i] for i in range(NUM_SPECIALS)] == list(SPECIAL_SYMBOLS) and len(d) == NUM_SPECIALS
 
 
-def test_guard_creates_accepts_own_files_and_refuses_others(tmp_path):
+def test_guard_accepts_new_and_own_files_and_refuses_others(tmp_path):
     out = tmp_path / "a" / "b"
     guard_out_dir(out, {"dict.txt"}, force=False)
-    assert out.is_dir()
+    assert not out.exists()  # created by Staging, so a run that fails on its inputs leaves nothing
+    out.mkdir(parents=True)
     (out / "dict.txt").write_text("x 1\n")
     (out / MANIFEST).write_text("{}")
     guard_out_dir(out, {"dict.txt"}, force=False)
@@ -49,12 +50,12 @@ def test_guard_creates_accepts_own_files_and_refuses_others(tmp_path):
 
 def test_staging_publishes_everything_and_the_manifest_last(tmp_path):
     out = tmp_path / "out"
-    staging = Staging(out)
-    (staging.dir / "train.txt").write_text("new")
-    (staging.dir / "sub").mkdir()
-    (staging.dir / "sub" / "f").write_text("1")
-    assert finished_manifest(out, "kind", {"a": 1}) is None
-    manifest = staging.publish("kind", {"a": 1}, rows=3)
+    with Staging(out) as staging:
+        (staging.dir / "train.txt").write_text("new")
+        (staging.dir / "sub").mkdir()
+        (staging.dir / "sub" / "f").write_text("1")
+        assert finished_manifest(out, "kind", {"a": 1}) is None
+        manifest = staging.publish("kind", {"a": 1}, rows=3)
     assert (out / "train.txt").read_text() == "new" and (out / "sub" / "f").read_text() == "1"
     assert not staging.dir.exists()
     assert (
@@ -66,25 +67,48 @@ def test_staging_publishes_everything_and_the_manifest_last(tmp_path):
     assert finished_manifest(out, "kind", {"a": 2}) is None
     assert finished_manifest(out, "other", {"a": 1}) is None
 
-    again = Staging(out)  # a second run: an interrupted one leaves the old outputs but no manifest
-    (again.dir / "train.txt").write_text("newer")
-    (again.dir / "sub").mkdir()
-    assert (out / MANIFEST).is_file()
-    again.publish("kind", {"a": 2})
+    with Staging(out) as again:  # a second run
+        (again.dir / "train.txt").write_text("newer")
+        (again.dir / "sub").mkdir()
+        assert (out / MANIFEST).is_file()
+        again.publish("kind", {"a": 2})
     assert (out / "train.txt").read_text() == "newer" and not (out / "sub" / "f").exists()
+
+
+@pytest.mark.parametrize("error", [PrepError("bad input"), KeyboardInterrupt()])
+def test_a_failed_run_leaves_nothing_it_staged(tmp_path, error):
+    out = tmp_path / "new" / "out"
+    with pytest.raises(type(error)), Staging(out) as staging:
+        (staging.dir / "train.bin").write_text("half")
+        raise error
+    assert not out.exists()  # this run created it: it goes, empty
+    # A directory that existed keeps what it had, finished outputs and manifest included.
+    with Staging(out) as staging:
+        (staging.dir / "train.bin").write_text("old")
+        staging.publish("kind", {"a": 1})
+    with pytest.raises(type(error)), Staging(out) as staging:
+        (staging.dir / "train.bin").write_text("half")
+        raise error
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "train.bin"]
+    assert (out / "train.bin").read_text() == "old" and finished_manifest(out, "kind", {"a": 1})
+    # An interrupted run killed outright leaves .partial; the next run clears it first.
+    (out / ".partial").mkdir()
+    (out / ".partial" / "stale.bin").write_text("x")
+    with Staging(out) as staging:
+        assert list(staging.dir.iterdir()) == []
 
 
 def test_publish_removes_owned_files_this_run_did_not_write(tmp_path):
     out = tmp_path / "out"
-    first = Staging(out)
-    for name in ("dict.txt", "train.bin", "test.bin"):
-        (first.dir / name).write_text("1")
-    first.publish("kind", {})
+    with Staging(out) as first:
+        for name in ("dict.txt", "train.bin", "test.bin"):
+            (first.dir / name).write_text("1")
+        first.publish("kind", {})
     (out / "notes.txt").write_text("mine")
-    second = Staging(out)  # this run has no test split
-    for name in ("dict.txt", "train.bin"):
-        (second.dir / name).write_text("2")
-    second.publish("kind", {}, owned={"dict.txt", "train.bin", "test.bin", "valid.bin"})
+    with Staging(out) as second:  # this run has no test split
+        for name in ("dict.txt", "train.bin"):
+            (second.dir / name).write_text("2")
+        second.publish("kind", {}, owned={"dict.txt", "train.bin", "test.bin", "valid.bin"})
     assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, "dict.txt", "notes.txt", "train.bin"])
     assert (out / "train.bin").read_text() == "2"
 

@@ -305,6 +305,12 @@ def test_run_reports_stats_and_every_skip(prepared):
     assert any(o.endswith("no_abstract.pdf") for o in stats["papers_without_abstract"])
     for name in ("books", "news", "wiki", "papers", "total", "skipped 8"):
         assert name in stdout
+    # The split table: each split's documents and tokens, as the manifest records them.
+    splits = json.loads((out / "prep.json").read_text())["splits"]
+    assert sum(v["documents"] for v in splits.values()) == 12 + 10 + 2 + 3
+    rows = [line.split() for line in stdout.splitlines()]
+    for split, counts in splits.items():
+        assert [split, f"{counts['documents']:,}", f"{counts['tokens']:,}"] in rows
     assert "news.jsonl:4: malformed JSON" in stdout
     papers = [json.loads(line) for line in (out / "papers.jsonl").read_text().splitlines()]
     assert {p["title"] for p in papers} == {"Sparse Attention for Long Documents", "Banded Kernels", "Notes on Windows"}
@@ -374,7 +380,7 @@ def test_interrupted_run_never_looks_complete(corpus, tmp_path, monkeypatch):
     monkeypatch.setitem(doc_sources.READERS, "txt", dies)
     with pytest.raises(KeyboardInterrupt):
         prepare_docs(cfg, tmp_path / "out", log=lambda *_: None)
-    assert not (tmp_path / "out" / "prep.json").exists()
+    assert not (tmp_path / "out").exists()  # nothing half-written is left, not even the directory it made
     monkeypatch.undo()
     result = prepare_docs(cfg, tmp_path / "out", log=lambda *_: None)
     assert result["sources"]["books"]["documents"] == 13 - 1  # the latin-1 file is skipped

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "split the documents, label counts and token lengths. Rerunning with the same inputs does nothing."
     )
     data = parser.add_argument_group(
-        "inputs", "Either --train (with --valid/--test) files, or one --input shuffled and cut by --split."
+        "inputs", "Either --train (with --valid/--test) files, or one --input cut by --split."
     )
     for split in ("train", "valid", "test"):
         data.add_argument(f"--{split}", type=Path, help=f"the {split} documents (.jsonl or .tsv)")
@@ -47,9 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_weights,
         default="80,10,10",
         metavar="TRAIN,VALID,TEST",
-        help="relative weights of the splits of --input, after a seeded shuffle (a weight 0 leaves that split out)",
+        help="relative weights of the splits of --input; documents ranked by a seeded hash of their text, a "
+        "split with a weight above 0 gets at least one (a weight 0 leaves that split out)",
     )
-    data.add_argument("--seed", type=int, default=1, help="seed of the --input shuffle")
+    data.add_argument("--seed", type=int, default=1, help="seed of the hash that splits --input")
     data.add_argument("--text-field", default="text", help="JSONL key / TSV header of the text")
     data.add_argument("--label-field", default="label", help="JSONL key / TSV header of the label")
     data.add_argument("--text-column", type=int, help="1-based text column of TSV files without a header row")

@@ -33,7 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "BPE mapped to the model's dict.txt, and write train/valid/test in fairseq's format with document "
         "boundaries kept (blank-line convention: sample_break_mode=complete_doc works). Also writes "
         "stats.json (a per-source table) and papers.jsonl ({source, title, abstract, body} of every PDF). "
-        "Bad files are reported and skipped. Rerunning with the same inputs does nothing."
+        "Bad files are reported and skipped; a run that keeps no document, or too few for the splits asked for "
+        "(valid and test get at least one document each when their fraction is above 0), stops with an error. "
+        "Rerunning with the same inputs does nothing."
     )
     parser.add_argument(
         "--source",
@@ -69,8 +71,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep this fraction of source NAME's documents (paper: realnews=0.333)",
     )
     add_subword_arguments(parser)
-    parser.add_argument("--valid-fraction", type=float, default=0.01, help="share of documents for valid")
-    parser.add_argument("--test-fraction", type=float, default=0.01, help="share of documents for test")
+    parser.add_argument(
+        "--valid-fraction",
+        type=float,
+        default=0.01,
+        help="share of documents for valid, at least one document when above 0 (the lowest hashes of the text "
+        "after test's)",
+    )
+    parser.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.01,
+        help="share of documents for test, at least one document when above 0 (the lowest hashes of the text)",
+    )
     parser.add_argument(
         "--workers",
         type=int,
@@ -100,8 +113,6 @@ def main(args: argparse.Namespace) -> int:
     result = prepare_docs(cfg, args.out, args.force)
     seconds = time.perf_counter() - start
     print(stats_table(result))
-    splits = result["splits"]
-    print("splits: " + ", ".join(f"{s} {v['documents']:,} docs / {v['tokens']:,} tokens" for s, v in splits.items()))
     if result["papers_without_abstract"]:
         print(
             f"papers without an 'Abstract' heading (kept, whole text as body): {len(result['papers_without_abstract'])}"

@@ -25,6 +25,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for split in ("train", "valid", "test"):
         parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file")
     parser.add_argument(
+        "--input",
+        type=Path,
+        help="instead of split files: one JSON file to split by question (TriviaQA) or article (SQuAD)",
+    )
+    parser.add_argument(
+        "--valid-fraction", type=float, default=0.1, help="with --input: share of questions/articles for valid"
+    )
+    parser.add_argument(
+        "--test-fraction", type=float, default=0.1, help="with --input: share of questions/articles for test"
+    )
+    parser.add_argument(
         "--evidence", type=Path, help="TriviaQA's evidence directory (holding wikipedia/<Filename>); triviaqa only"
     )
     add_subword_arguments(parser)
@@ -47,7 +58,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     files = {s: getattr(args, s) for s in ("train", "valid", "test") if getattr(args, s) is not None}
-    cfg = QaPrepConfig(subword_spec(args), args.format, files, args.evidence, args.max_tokens, args.doc_stride)
+    cfg = QaPrepConfig(
+        subword_spec(args),
+        args.format,
+        files,
+        args.evidence,
+        args.max_tokens,
+        args.doc_stride,
+        args.input,
+        args.valid_fraction,
+        args.test_fraction,
+    )
     start = time.perf_counter()
     result = prepare_qa(cfg, args.out, args.force)
     print(stats_table(result))

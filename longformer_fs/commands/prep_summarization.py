@@ -34,8 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for split in SPLITS:
         inputs.add_argument(f"--{split}", type=Path, metavar="FILE", help=f"the {split} pairs")
     inputs.add_argument("--input", type=Path, metavar="FILE", help="one file of pairs to split by the fractions")
-    inputs.add_argument("--valid-fraction", type=float, default=0.01, help="with --input: share of pairs for valid")
-    inputs.add_argument("--test-fraction", type=float, default=0.01, help="with --input: share of pairs for test")
+    inputs.add_argument(
+        "--valid-fraction", type=float, default=0.01, help="with --input: share of pairs for valid (at least one)"
+    )
+    inputs.add_argument(
+        "--test-fraction", type=float, default=0.01, help="with --input: share of pairs for test (at least one)"
+    )
     inputs.add_argument(
         "--source-field", help="the document's field; unset: body (papers), article_text (arxiv); jsonl needs it"
     )

@@ -21,6 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for split in ("train", "valid", "test"):
         parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file (WikiHop's train.json, dev.json)")
+    parser.add_argument("--input", type=Path, help="instead of split files: one JSON file to split by example id")
+    parser.add_argument(
+        "--valid-fraction", type=float, default=0.1, help="with --input: share of examples for valid (at least one)"
+    )
+    parser.add_argument(
+        "--test-fraction", type=float, default=0.1, help="with --input: share of examples for test (at least one)"
+    )
     add_subword_arguments(parser)
     parser.add_argument(
         "--max-tokens", type=int, default=4096, help="the model's length, for the stats (examples over it, chunks)"
@@ -31,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     files = {s: getattr(args, s) for s in ("train", "valid", "test") if getattr(args, s) is not None}
-    cfg = WikihopConfig(subword_spec(args), files, args.max_tokens)
+    cfg = WikihopConfig(subword_spec(args), files, args.max_tokens, args.input, args.valid_fraction, args.test_fraction)
     start = time.perf_counter()
     result = prepare_wikihop(cfg, args.out, args.force)
     print(stats_table(result))
