@@ -47,15 +47,19 @@ where evaluation must count it as wrong. SQuAD 2.0's unanswerable questions are 
 examples: the windows carry no "no answer" target. A split left without an example (an
 empty file, or a train split where no answer was found) is an error.
 
-The answer normalisation (:func:`normalize_answer`) lives here rather than in
-``longformer_fs.evaluation.qa_metrics`` because the distant supervision must match
-exactly what the metric calls equal, and ``data_prep`` does not import the plugin; the
-metric imports it from here.
+Answers are compared as each dataset's official script compares them
+(:data:`NORMALIZATIONS`); the manifest records the input format, so evaluation picks the
+convention itself (:func:`prepared_format`). The conventions live here rather than in
+``longformer_fs.evaluation.qa_metrics`` because TriviaQA's distant supervision must
+match exactly what its metric calls equal, and ``data_prep`` does not import the plugin;
+the metric imports them from here.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import string
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
@@ -63,12 +67,12 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
-import regex
 from tqdm import tqdm
 
 from .fairseq_dataset import (
     BOS,
     EOS,
+    MANIFEST,
     SPLITS,
     MmapWriter,
     PrepError,
@@ -78,6 +82,7 @@ from .fairseq_dataset import (
     file_stamp,
     finished_manifest,
     guard_out_dir,
+    read_manifest,
 )
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
@@ -90,33 +95,78 @@ BATCH_EXAMPLES = 16  # examples per tokenizer call (the Rust tokenizer paralleli
 
 # ---------------------------------------------------------------- answer normalisation
 
-ARTICLES = frozenset({"a", "an", "the"})
-# TriviaQA's evaluation: punctuation (ASCII, Unicode P* and the acute accent) separates words
-# like white space. Underscores are ASCII punctuation, so "Los_Angeles" is "los angeles".
-_WORD = regex.compile(r"[^\s\p{P}" + "".join("\\" + c for c in string.punctuation) + "\u00b4]+")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+@dataclass(frozen=True)
+class AnswerNormalization:
+    """How an official QA script makes answers comparable.
+
+    Both scripts lower-case, remove the articles a/an/the (as whole words, after the
+    punctuation step) and collapse white space; they differ on punctuation.
+
+    Attributes:
+        name: the convention's name (the dataset whose script defines it).
+        description: how it treats punctuation, for reports.
+        word: a word before article removal: a maximal run of characters that are
+            neither white space nor a separator.
+        deleted: ``str.translate`` table of the characters deleted inside words.
+        empty_f1: the F1 when prediction and answer both normalise to nothing (SQuAD
+            2.0's script: 1, a correct "no answer"; TriviaQA's: 0, nothing in common).
+    """
+
+    name: str
+    description: str
+    word: re.Pattern
+    deleted: dict
+    empty_f1: float
+
+    def words(self, text: str) -> list[tuple[str, int, int]]:
+        """The normalised words of ``text``, each with ``[start, end)``: the characters of
+        ``text`` it came from (an article removed from inside a run leaves its neighbours
+        with the whole run's span)."""
+        lowered = text.lower()  # the whole text at once, as the scripts do: a final "Σ" depends on what follows
+        where = range(len(text) + 1)
+        if len(lowered) != len(text):  # a character lowered to two ("İ"): map positions
+            where = list(itertools.accumulate((len(c.lower()) for c in text), initial=0))
+        words = []
+        for match in self.word.finditer(text):
+            run = lowered[where[match.start()] : where[match.end()]]
+            for word in _ARTICLES.sub(" ", run.translate(self.deleted)).split():
+                words.append((word, match.start(), match.end()))
+        return words
+
+    def normalize(self, text: str) -> str:
+        """The answer as the official script compares it."""
+        return " ".join(word for word, _, _ in self.words(text))
+
+
+# triviaqa_evaluation.py: "_" to " ", lower, string.punctuation and ‘ ’ ´ ` to spaces, articles, white space.
+_TRIVIAQA_SEPARATORS = string.punctuation + "\u2018\u2019\u00b4"
+TRIVIAQA = AnswerNormalization(
+    "triviaqa",
+    "punctuation and underscores become spaces",
+    re.compile(f"[^\\s{re.escape(_TRIVIAQA_SEPARATORS)}]+"),
+    {},
+    0.0,
+)
+# SQuAD's evaluate-v2.0.py (v1.1's is the same but for empty answers): lower, string.punctuation
+# deleted, articles, white space.
+SQUAD = AnswerNormalization(
+    "squad", "punctuation is deleted", re.compile(r"\S+"), str.maketrans("", "", string.punctuation), 1.0
+)
+# The convention of each dataset's official evaluation. HotpotQA's script normalises as SQuAD's.
+NORMALIZATIONS = {"triviaqa": TRIVIAQA, "squad": SQUAD, "hotpotqa": SQUAD}
 
 
 def normalized_words(text: str) -> list[tuple[str, int, int]]:
-    """The words of ``text`` as the QA metrics compare them, with where each came from.
-
-    Words are maximal runs of characters that are neither white space nor punctuation,
-    lower-cased; the articles a/an/the are dropped.
-
-    Returns:
-        ``(word, start, end)`` per word, ``text[start:end]`` being its original characters.
-    """
-    words = []
-    for match in _WORD.finditer(text):
-        word = match.group().lower()
-        if word not in ARTICLES:
-            words.append((word, match.start(), match.end()))
-    return words
+    """TriviaQA's normalised words of ``text`` with their character spans (distant supervision)."""
+    return TRIVIAQA.words(text)
 
 
 def normalize_answer(text: str) -> str:
-    """TriviaQA's answer normalisation: lower case, punctuation and underscores to spaces,
-    articles removed, white space collapsed (``"The Beatles!"`` -> ``"beatles"``)."""
-    return " ".join(word for word, _, _ in normalized_words(text))
+    """TriviaQA's answer normalisation (``"The Beatles!"`` -> ``"beatles"``)."""
+    return TRIVIAQA.normalize(text)
 
 
 def find_answer_spans(context: str, aliases: Iterable[str]) -> list[tuple[int, int]]:
@@ -427,6 +477,16 @@ def input_manifest(cfg: QaPrepConfig) -> dict:
         "doc_stride": cfg.doc_stride,
         "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
     }
+
+
+def prepared_format(data: Path) -> str:
+    """The input format (``triviaqa`` or ``squad``) a finished ``prep qa`` run in ``data`` read."""
+    manifest = read_manifest(data)
+    if manifest is None or manifest.get("kind") != KIND:
+        raise PrepError(
+            f"{data}: no {MANIFEST} of a finished `prep qa` run; prepare the data with longformer-fs prep qa"
+        )
+    return manifest["inputs"]["format"]
 
 
 def _check_config(cfg: QaPrepConfig) -> None:

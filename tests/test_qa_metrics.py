@@ -1,53 +1,110 @@
-"""QA metrics (normalisation, exact match, F1) and span selection, on worked examples and
-against brute force."""
+"""QA metrics (each dataset's normalisation, exact match, F1) and span selection, on examples
+worked by hand from the official scripts and against brute force."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from conftest import cli
 
+from data_prep.gpt2_bpe import train_bpe
 from data_prep.qa import find_answer_spans
-from longformer_fs.evaluation.qa_metrics import exact_match, f1_score, normalize_answer, qa_scores
+from longformer_fs.evaluation.qa_metrics import NORMALIZATIONS, SQUAD, TRIVIAQA, exact_match, f1_score, qa_scores
 from longformer_fs.evaluation.qa_spans import best_span, best_span_over_windows
 
+# Each row worked by hand from the official scripts' definitions. Both: lower case, articles
+# a/an/the removed as words after the punctuation step, white space collapsed. SQuAD
+# (evaluate-v2.0.py): the characters of string.punctuation deleted. TriviaQA
+# (triviaqa_evaluation.py): "_", string.punctuation and the quotes ‘ ’ ´ turned into spaces.
+NORMALISED = [
+    # text, SQuAD, TriviaQA
+    ("The Beatles!", "beatles", "beatles"),
+    ("  the   BEATLES ", "beatles", "beatles"),
+    ("1,000 km", "1000 km", "1 000 km"),
+    ("U.S.A.", "usa", "u s"),  # TriviaQA: "u s a", and then "a" is an article
+    ("don't stop", "dont stop", "don t stop"),
+    ("Los_Angeles", "losangeles", "los angeles"),
+    ("the-end", "theend", "end"),
+    ("(a) b", "b", "b"),
+    ("Sgt. Pepper\u2019s", "sgt pepper\u2019s", "sgt pepper s"),  # ’ is no ASCII punctuation
+    ("rock \u00b4n\u00b4 roll", "rock \u00b4n\u00b4 roll", "rock n roll"),
+    ("\u201cQuoted\u201d \u2014 dash", "\u201cquoted\u201d \u2014 dash", "\u201cquoted\u201d \u2014 dash"),
+    ("Theatre and Anne", "theatre and anne", "theatre and anne"),  # articles only as whole words
+    ("An\u00a0apple\tpie", "apple pie", "apple pie"),  # any white space
+    ("Caf\u00e9 \u00dcn\u00efcode", "caf\u00e9 \u00fcn\u00efcode", "caf\u00e9 \u00fcn\u00efcode"),
+    ("!!!", "", ""),
+]
 
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ("The Beatles!", "beatles"),
-        ("  the   BEATLES ", "beatles"),
-        ("Sgt. Pepper's Lonely Hearts", "sgt pepper s lonely hearts"),
-        ("Los_Angeles", "los angeles"),  # TriviaQA: underscores are spaces
-        ("A Tale of Two Cities", "tale of two cities"),
-        ("an apple, the end", "apple end"),
-        ("Theatre and Anne", "theatre and anne"),  # articles only as whole words
-        ("“Quoted” — dash", "quoted dash"),  # Unicode punctuation too
-        ("Café Ünïcode", "café ünïcode"),
-        ("!!!", ""),
-    ],
-)
-def test_normalize_answer(text, expected):
-    assert normalize_answer(text) == expected
+
+@pytest.mark.parametrize("text, squad, triviaqa", NORMALISED)
+def test_each_convention_normalises_as_its_official_script(text, squad, triviaqa):
+    assert SQUAD.normalize(text) == squad
+    assert TRIVIAQA.normalize(text) == triviaqa
+
+
+def test_each_dataset_has_its_convention():
+    assert NORMALIZATIONS == {"squad": SQUAD, "triviaqa": TRIVIAQA, "hotpotqa": SQUAD}
+
+
+# Eight predictions: four SQuAD calls right, three TriviaQA does.
+EIGHT = [
+    # prediction, gold, SQuAD EM, TriviaQA EM, TriviaQA F1
+    ("1000 km", "1,000 km", 1, 0, 0.4),  # [1000 km] vs [1 000 km]: km shared, P 1/2, R 1/3
+    ("USA", "U.S.A.", 1, 0, 0.0),  # [usa] vs [u s]
+    ("dont know", "don't know", 1, 0, 0.4),  # [dont know] vs [don t know]: know shared
+    ("the Beatles", "Beatles", 1, 1, 1.0),
+    ("Los Angeles", "Los_Angeles", 0, 1, 1.0),
+    ("Paris", "London", 0, 0, 0.0),
+    ("rock and roll", "rock-and-roll", 0, 1, 1.0),
+    ("", "Moon", 0, 0, 0.0),
+]
+
+
+def test_eight_predictions_score_by_each_official_convention():
+    examples = [{"id": str(i), "answers": [gold]} for i, (_, gold, *_) in enumerate(EIGHT)]
+    predictions = {str(i): prediction for i, (prediction, *_) in enumerate(EIGHT)}
+    for prediction, gold, squad_em, triviaqa_em, triviaqa_f1 in EIGHT:
+        assert exact_match(prediction, [gold], SQUAD) == squad_em
+        assert f1_score(prediction, [gold], SQUAD) == squad_em  # all or nothing on these
+        assert exact_match(prediction, [gold], TRIVIAQA) == triviaqa_em
+        assert f1_score(prediction, [gold], TRIVIAQA) == pytest.approx(triviaqa_f1)
+    squad = qa_scores(predictions, examples, SQUAD)
+    triviaqa = qa_scores(predictions, examples, TRIVIAQA)
+    assert (squad["exact_match"], squad["f1"]) == (50.0, 50.0)
+    assert triviaqa["exact_match"] == 37.5 and triviaqa["f1"] == pytest.approx(100 * 3.8 / 8)
 
 
 def test_exact_match_takes_the_best_alias():
-    assert exact_match("beatles", ["The Beatles!"]) == 1.0
-    assert exact_match("The Fab Four", ["The Beatles", "Fab Four"]) == 1.0
-    assert exact_match("Beatles band", ["The Beatles", "Fab Four"]) == 0.0
-    assert exact_match("", []) == 1.0  # an unanswerable question: the empty answer is right
-    assert exact_match("Liverpool", []) == 0.0
+    for normalization in (SQUAD, TRIVIAQA):
+        assert exact_match("beatles", ["The Beatles!"], normalization) == 1.0
+        assert exact_match("The Fab Four", ["The Beatles", "Fab Four"], normalization) == 1.0
+        assert exact_match("Beatles band", ["The Beatles", "Fab Four"], normalization) == 0.0
+        assert exact_match("", [], normalization) == 1.0  # an unanswerable question: the empty answer is right
+        assert exact_match("Liverpool", [], normalization) == 0.0
 
 
 def test_f1_by_hand():
-    # prediction words [fab, four, band], gold [fab, four]: 2 shared; P = 2/3, R = 1, F1 = 0.8
-    assert f1_score("the Fab Four band", ["Fab Four"]) == pytest.approx(0.8)
-    # [john, lennon] vs [john, winston, lennon]: 2 shared; P = 1, R = 2/3 -> 0.8. Against
-    # [lennon]: P = 1/2, R = 1 -> 2/3. The best alias counts.
-    assert f1_score("John Lennon", ["Lennon", "John Winston Lennon"]) == pytest.approx(0.8)
-    # A repeated word is shared as often as both sides have it: "new new york" vs "new york"
-    # share new x1 and york x1; P = 2/3, R = 1 -> 0.8.
-    assert f1_score("new new york", "New York") == pytest.approx(0.8)
-    assert f1_score("Paris", ["London"]) == 0.0
-    assert f1_score("the", ["an"]) == 1.0  # both normalise to nothing
+    for normalization in (SQUAD, TRIVIAQA):
+        # prediction words [fab, four, band], gold [fab, four]: 2 shared; P = 2/3, R = 1, F1 = 0.8
+        assert f1_score("the Fab Four band", ["Fab Four"], normalization) == pytest.approx(0.8)
+        # [john, lennon] vs [john, winston, lennon]: P = 1, R = 2/3 -> 0.8; against [lennon]:
+        # P = 1/2, R = 1 -> 2/3. The best alias counts.
+        assert f1_score("John Lennon", ["Lennon", "John Winston Lennon"], normalization) == pytest.approx(0.8)
+        # A repeated word is shared as often as both sides have it: P = 2/3, R = 1 -> 0.8.
+        assert f1_score("new new york", "New York", normalization) == pytest.approx(0.8)
+        assert f1_score("Paris", ["London"], normalization) == 0.0
+    # "the 1,000-km race" vs "1000 km race". SQuAD: [1000km race] vs [1000 km race], race
+    # shared: P 1/2, R 1/3 -> 0.4. TriviaQA: [1 000 km race] vs [1000 km race], km and race
+    # shared: P 2/4, R 2/3 -> 4/7.
+    assert f1_score("the 1,000-km race", "1000 km race", SQUAD) == pytest.approx(0.4)
+    assert f1_score("the 1,000-km race", "1000 km race", TRIVIAQA) == pytest.approx(4 / 7)
+    # Both sides normalise to nothing: SQuAD 2.0's script scores that 1 (a right "no
+    # answer"), TriviaQA's 0 (no word in common).
+    assert f1_score("the", ["an"], SQUAD) == 1.0
+    assert f1_score("the", ["an"], TRIVIAQA) == 0.0
 
 
 def test_qa_scores_average_and_count_missing():
@@ -58,10 +115,16 @@ def test_qa_scores_average_and_count_missing():
         {"id": "d", "answers": ["Abbey Road"]},
     ]
     predictions = {"a": "beatles", "b": "the Fab Four band", "c": "London", "z": "ignored"}
-    scores = qa_scores(predictions, examples)
+    scores = qa_scores(predictions, examples, TRIVIAQA)
     assert scores["count"] == 4 and scores["missing"] == 1
     assert scores["exact_match"] == pytest.approx(100 * 1 / 4)
     assert scores["f1"] == pytest.approx(100 * (1 + 0.8 + 0 + 0) / 4)
+
+
+def test_words_carry_the_characters_they_came_from():
+    text = "U.S.A. X\u0130y the_Beatles"  # "\u0130".lower() is two characters: offsets must not drift
+    assert TRIVIAQA.words(text) == [("u", 0, 1), ("s", 2, 3), ("xi\u0307y", 7, 10), ("beatles", 15, 22)]
+    assert [text[a:b] for _, a, b in SQUAD.words(text)] == ["U.S.A.", "X\u0130y", "the_Beatles"]
 
 
 def test_answer_spans_use_the_same_normalisation():
@@ -69,7 +132,95 @@ def test_answer_spans_use_the_same_normalisation():
     spans = find_answer_spans(context, ["The Beatles", "beatles"])
     assert [context[a:b] for a, b in spans] == ["Beatles", "beatles", "BEATLES"]
     for a, b in spans:
-        assert exact_match(context[a:b], ["The Beatles"]) == 1.0
+        assert exact_match(context[a:b], ["The Beatles"], TRIVIAQA) == 1.0
+
+
+# ---------------------------------------------------------------- eval-qa picks the convention
+
+
+class PreparedSplit:
+    """What eval-qa asks of a longformer_qa task, read from a ``prep qa`` directory."""
+
+    windows = True
+
+    def __init__(self, data: Path):
+        self.cfg = SimpleNamespace(data=str(data))
+
+    def load_dataset(self, split):
+        pass
+
+    def examples(self, split):
+        return [json.loads(line) for line in (Path(self.cfg.data) / f"{split}.examples.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("data_format, exact_match", [("squad", 4 / 8), ("triviaqa", 3 / 8)])
+def test_eval_qa_scores_by_the_convention_the_data_records(tmp_path, monkeypatch, data_format, exact_match):
+    """The eight answers above, prepared by ``prep qa`` in each format and scored by eval-qa
+    with the model's answers stubbed: the format in the manifest picks the convention."""
+    from longformer_fs.commands import eval_qa
+    from longformer_fs.evaluation.qa_spans import SpanPrediction
+
+    context = " ".join(f"{gold}." for _, gold, *_ in EIGHT)
+    if data_format == "squad":
+        qas = [
+            {"id": str(i), "question": f"Q{i}?", "answers": [{"text": gold, "answer_start": context.index(gold)}]}
+            for i, (_, gold, *_) in enumerate(EIGHT)
+        ]
+        (tmp_path / "dev.json").write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}))
+        extra = []
+    else:
+        (tmp_path / "evidence" / "wikipedia").mkdir(parents=True)
+        (tmp_path / "evidence" / "wikipedia" / "page.txt").write_text(context)
+        entries = [
+            {
+                "QuestionId": str(i),
+                "Question": f"Q{i}?",
+                "Answer": {"Aliases": [gold]},
+                "EntityPages": [{"Filename": "page.txt"}],
+            }
+            for i, (_, gold, *_) in enumerate(EIGHT)
+        ]
+        (tmp_path / "dev.json").write_text(json.dumps({"Data": entries}))
+        extra = ["--evidence", tmp_path / "evidence"]
+    train_bpe([context] * 4, tmp_path, 200)
+    tokenizer = [
+        "--encoder-json",
+        tmp_path / "encoder.json",
+        "--vocab-bpe",
+        tmp_path / "vocab.bpe",
+        "--dict",
+        tmp_path / "dict.txt",
+    ]
+    data = tmp_path / "data"
+    prepared = cli(
+        "prep", "qa", "--format", data_format, "--valid", tmp_path / "dev.json", *extra, *tokenizer, "--out", data
+    )
+    assert prepared.returncode == 0, prepared.stderr
+
+    ids = [e["id"] for e in PreparedSplit(data).examples("valid")]
+    answers = {i.split("--")[0]: SpanPrediction(EIGHT[int(i.split("--")[0])][0], 1.0, 0, 0, 0, 0, 0) for i in ids}
+    monkeypatch.setattr(eval_qa, "load_model", lambda checkpoint, data, device: (None, PreparedSplit(data)))
+    monkeypatch.setattr(eval_qa, "predict_answers", lambda *args: {i: answers[i.split("--")[0]] for i in ids})
+    result = cli("eval-qa", tmp_path / "model.pt", "--data", data)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    description = {"squad": "punctuation is deleted", "triviaqa": "punctuation and underscores become spaces"}
+    assert lines[0] == (
+        f"answers normalised by the official {data_format} convention ({description[data_format]}): "
+        f"{data / 'prep.json'} records {data_format} data"
+    )
+    assert lines[1].startswith(f"valid (examples): EM {100 * exact_match:.2f}  ")
+    scores = json.loads(cli("eval-qa", tmp_path / "model.pt", "--data", data, "--json").stdout)
+    assert scores["normalization"] == data_format and scores["examples"]["exact_match"] == 100 * exact_match
+
+
+def test_eval_qa_needs_a_finished_prep_qa_directory(tmp_path):
+    result = cli("eval-qa", tmp_path / "model.pt", "--data", tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"longformer-fs: error: {tmp_path}: no prep.json of a finished `prep qa` run; "
+        "prepare the data with longformer-fs prep qa"
+    )
 
 
 # ---------------------------------------------------------------- spans

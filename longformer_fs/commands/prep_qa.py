@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "{split}.windows.jsonl and {split}.examples.jsonl for evaluation. TriviaQA (Wikipedia setting): one "
         "example per (question, entity page), gold spans are every occurrence of every answer alias in the "
         "page, matched after normalisation. SQuAD: the given spans. Examples whose answer is in no window are "
-        "skipped in train and kept in valid/test. Rerunning with the same inputs does nothing."
+        "skipped in train and kept in valid/test. The manifest records the format, so eval-qa scores answers by "
+        "that dataset's official convention. Rerunning with the same inputs does nothing."
     )
     parser.add_argument("--format", choices=FORMATS, required=True, help="the input JSON's format")
     for split in ("train", "valid", "test"):

@@ -3,16 +3,15 @@
 Every window of an example is read by the model (question global, as in training); the
 example's answer is the best span over its windows (:mod:`.qa_spans`), cut from the
 original context through the window's character offsets, so the prediction is the text
-as written, never a detokenised guess. TriviaQA (Wikipedia setting) is scored per
-question: a question's answer is the best-scoring one over its entity pages, whose
-example ids are ``"<QuestionId>--<page>"``.
+as written, never a detokenised guess. Answers are compared by the official convention of
+the dataset the split was prepared from, as its manifest records it. TriviaQA (Wikipedia
+setting) is also scored per question: a question's answer is the best-scoring one over
+its entity pages, whose example ids are ``"<QuestionId>--<page>"``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -20,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from ..tasks.question_answering import QA_HEAD
-from .qa_metrics import qa_scores
+from .qa_metrics import NORMALIZATIONS, qa_scores
 from .qa_spans import SpanPrediction, best_span_over_windows
 
 TRIVIAQA_PAGE_SEPARATOR = "--"
@@ -113,23 +112,21 @@ def best_per_question(predictions: dict[str, SpanPrediction | None]) -> dict[str
     return best
 
 
-def score_split(task, split: str, predictions: dict[str, SpanPrediction | None]) -> dict:
+def score_split(task, split: str, predictions: dict[str, SpanPrediction | None], data_format: str) -> dict:
     """Exact match and F1 (percent) over every example of the split, and per question for
-    TriviaQA. An example with no prediction scores 0, as do unanswerable ones."""
+    TriviaQA; ``"normalization"`` names the convention used, ``data_format``'s
+    (:func:`data_prep.qa.prepared_format`). An example with no prediction scores 0, as do
+    unanswerable ones."""
+    normalization = NORMALIZATIONS[data_format]
     examples = task.examples(split)
     texts = {k: (p.text if p is not None else "") for k, p in predictions.items()}
-    scores = {"examples": qa_scores(texts, examples)}
-    if task_format(task) == "triviaqa":
+    scores = {"normalization": normalization.name, "examples": qa_scores(texts, examples, normalization)}
+    if data_format == "triviaqa":
         questions = {}
         for example in examples:
             questions.setdefault(example["id"].split(TRIVIAQA_PAGE_SEPARATOR, 1)[0], example["answers"])
         per_question = best_per_question(predictions)
         texts = {k: (p.text if p is not None else "") for k, p in per_question.items()}
-        scores["questions"] = qa_scores(texts, [{"id": q, "answers": a} for q, a in questions.items()])
+        answers = [{"id": q, "answers": a} for q, a in questions.items()]
+        scores["questions"] = qa_scores(texts, answers, normalization)
     return scores
-
-
-def task_format(task) -> str | None:
-    """The input format ``prep qa`` read (``triviaqa`` or ``squad``), from its stats."""
-    path = Path(task.cfg.data) / "stats.json"
-    return json.loads(path.read_text())["format"] if path.is_file() else None

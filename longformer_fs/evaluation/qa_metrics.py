@@ -1,12 +1,13 @@
-"""Exact match and token F1 of extractive QA, as TriviaQA and SQuAD report them.
+"""Exact match and token F1 of extractive QA, each dataset by its official script's convention.
 
-Answers are compared after :func:`normalize_answer`: lower case, punctuation (and so
-underscores) turned into spaces, the articles a/an/the removed, white space collapsed.
-This is TriviaQA's normalisation, the one the paper's TriviaQA numbers use. SQuAD's
-script deletes punctuation instead ("don't" -> "dont", here "don t"), so a SQuAD score
-from here can differ from the official script's in the rare answers that split a word
-at punctuation. The normalisation is defined in :mod:`data_prep.qa`, whose distant
-supervision must call equal exactly what these metrics do.
+Answers are compared after normalisation (:class:`~data_prep.qa.AnswerNormalization`):
+lower case, the articles a/an/the removed, white space collapsed, and punctuation
+treated as the dataset's script treats it. SQuAD's (and HotpotQA's) deletes it, so
+"1,000 km" equals "1000 km" and "U.S.A." equals "USA"; TriviaQA's turns it, and
+underscores, into spaces, so "Los_Angeles" equals "Los Angeles" but "1,000" is "1 000".
+:data:`~data_prep.qa.NORMALIZATIONS` maps a dataset to its convention; the conventions
+are defined in :mod:`data_prep.qa`, whose TriviaQA distant supervision must call equal
+exactly what the metric does.
 
 A prediction is scored against every gold alias and keeps the best. An example with no
 alias (an unanswerable SQuAD 2.0 question) has the empty answer as its one alias.
@@ -17,9 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, Mapping, Sequence
 
-from data_prep.qa import normalize_answer, normalized_words
+from data_prep.qa import NORMALIZATIONS, SQUAD, TRIVIAQA, AnswerNormalization
 
-__all__ = ["normalize_answer", "exact_match", "f1_score", "qa_scores"]
+__all__ = ["NORMALIZATIONS", "SQUAD", "TRIVIAQA", "AnswerNormalization", "exact_match", "f1_score", "qa_scores"]
 
 
 def _golds(aliases: Sequence[str] | str) -> list[str]:
@@ -28,9 +29,9 @@ def _golds(aliases: Sequence[str] | str) -> list[str]:
     return list(aliases) or [""]
 
 
-def _token_f1(prediction: list[str], gold: list[str]) -> float:
-    if not prediction or not gold:
-        return float(prediction == gold)  # both empty: a match; one empty: nothing in common
+def _token_f1(prediction: list[str], gold: list[str], empty_f1: float) -> float:
+    if not prediction and not gold:
+        return empty_f1
     common = sum((Counter(prediction) & Counter(gold)).values())
     if common == 0:
         return 0.0
@@ -38,25 +39,30 @@ def _token_f1(prediction: list[str], gold: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def exact_match(prediction: str, aliases: Sequence[str] | str) -> float:
+def exact_match(prediction: str, aliases: Sequence[str] | str, normalization: AnswerNormalization) -> float:
     """1.0 when the normalised prediction equals some normalised alias, else 0.0."""
-    normalized = normalize_answer(prediction)
-    return float(any(normalized == normalize_answer(alias) for alias in _golds(aliases)))
+    normalized = normalization.normalize(prediction)
+    return float(any(normalized == normalization.normalize(alias) for alias in _golds(aliases)))
 
 
-def f1_score(prediction: str, aliases: Sequence[str] | str) -> float:
-    """The best token-level F1 (in [0, 1]) of the prediction's words against any alias's."""
-    words = [w for w, _, _ in normalized_words(prediction)]
-    return max(_token_f1(words, [w for w, _, _ in normalized_words(alias)]) for alias in _golds(aliases))
+def f1_score(prediction: str, aliases: Sequence[str] | str, normalization: AnswerNormalization) -> float:
+    """The best token-level F1 (in [0, 1]) of the prediction's normalised words against any alias's."""
+
+    def words(text: str) -> list[str]:
+        return [word for word, _, _ in normalization.words(text)]
+
+    predicted = words(prediction)
+    return max(_token_f1(predicted, words(alias), normalization.empty_f1) for alias in _golds(aliases))
 
 
-def qa_scores(predictions: Mapping[str, str], examples: Iterable[Mapping]) -> dict:
+def qa_scores(predictions: Mapping[str, str], examples: Iterable[Mapping], normalization: AnswerNormalization) -> dict:
     """Mean exact match and F1 over ``examples``, in percent.
 
     Args:
         predictions: example id -> predicted answer text; ids of no example are ignored.
         examples: dicts with ``"id"`` and ``"answers"`` (the lines of ``prep qa``'s
             ``{split}.examples.jsonl``).
+        normalization: the dataset's convention (``NORMALIZATIONS[format]``).
 
     Returns:
         ``{"exact_match", "f1"}`` (x100, a missing prediction scoring 0), ``"count"``
@@ -70,7 +76,7 @@ def qa_scores(predictions: Mapping[str, str], examples: Iterable[Mapping]) -> di
         if prediction is None:
             missing += 1
             continue
-        em += exact_match(prediction, example["answers"])
-        f1 += f1_score(prediction, example["answers"])
+        em += exact_match(prediction, example["answers"], normalization)
+        f1 += f1_score(prediction, example["answers"], normalization)
     scale = 100.0 / count if count else 0.0
     return {"exact_match": em * scale, "f1": f1 * scale, "count": count, "missing": missing}
