@@ -29,6 +29,8 @@ import json
 import multiprocessing
 import shutil
 import signal
+import struct
+from array import array
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -196,6 +198,11 @@ class Staging:
 class MmapWriter:
     """One fairseq mmap dataset (``prefix.bin`` + ``prefix.idx``), written item by item.
 
+    The layout is that of fairseq's ``MMapIndexedDatasetBuilder``, but the index waits in
+    4 bytes an item (fairseq's keeps a Python int, about 36 bytes, and a second list of
+    them when it writes): a corpus of tens of millions of paragraphs would otherwise hold
+    gigabytes until the end.
+
     Args:
         prefix: the path without ``.bin``/``.idx``.
         vocab_size: for token ids: fairseq picks the smallest unsigned type that holds them.
@@ -214,17 +221,31 @@ class MmapWriter:
         self.prefix = str(prefix)
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
         self.dtype = np.int32 if signed else indexed_dataset.best_fitting_int_dtype(vocab_size)
-        self.builder = indexed_dataset.MMapIndexedDatasetBuilder(self.prefix + ".bin", dtype=self.dtype)
+        # What fairseq's index writer puts before the sizes: magic, version 1, the dtype's code.
+        self._header = indexed_dataset.MMapIndexedDataset.Index._HDR_MAGIC + struct.pack(
+            "<QB", 1, indexed_dataset._dtype_header_code(self.dtype)
+        )
+        self._data = open(self.prefix + ".bin", "wb")
+        self._sizes = array("i")  # int32, as the index stores them
         self.items = self.tokens = 0
 
     def add(self, ids) -> None:
-        """Append one item: a 1-D array or tensor of integers."""
-        import torch
-
-        tensor = torch.from_numpy(np.asarray(ids, dtype=np.int64)) if not isinstance(ids, torch.Tensor) else ids
-        self.builder.add_item(tensor)
+        """Append one item: a 1-D array, list or tensor of integers."""
+        values = np.asarray(ids).astype(self.dtype, copy=False)
+        self._data.write(values.tobytes())
+        self._sizes.append(len(values))
         self.items += 1
-        self.tokens += len(tensor)
+        self.tokens += len(values)
 
     def finalize(self) -> None:
-        self.builder.finalize(self.prefix + ".idx")
+        """Close the data file and write the index: the header, the item count, each item's
+        size (int32) and byte offset (int64)."""
+        self._data.close()
+        sizes = np.frombuffer(self._sizes, dtype=np.int32)
+        offsets = np.zeros(len(sizes), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=offsets[1:])
+        offsets *= np.dtype(self.dtype).itemsize
+        with open(self.prefix + ".idx", "wb") as index:
+            index.write(self._header + struct.pack("<Q", len(sizes)))
+            index.write(sizes.tobytes())
+            index.write(offsets.tobytes())

@@ -2,7 +2,9 @@
 
 import json
 
+import numpy as np
 import pytest
+import torch
 from fairseq.data import Dictionary
 
 from data_prep.fairseq_dataset import (
@@ -135,8 +137,32 @@ def test_mmap_writer_round_trips_through_fairseq(tmp_path):
 
     writer = MmapWriter(tmp_path / "split", vocab_size=1000)
     writer.add([4, 5, 6])
-    writer.add([999])
+    writer.add(np.array([999]))
+    writer.add(torch.tensor([7]))
     writer.finalize()
-    assert (writer.items, writer.tokens) == (2, 4)
+    assert (writer.items, writer.tokens) == (3, 5)
     dataset = data_utils.load_indexed_dataset(str(tmp_path / "split"), None, "mmap")
-    assert [dataset[i].tolist() for i in range(len(dataset))] == [[4, 5, 6], [999]]
+    assert [dataset[i].tolist() for i in range(len(dataset))] == [[4, 5, 6], [999], [7]]
+
+
+@pytest.mark.parametrize(
+    "items, vocab_size, signed",
+    [
+        ([[4, 5, 6], [], [999], [2]], 1000, False),  # uint16, an empty item
+        ([[70000, 4], [2]], 70000, False),  # int32
+        ([[-1, -1, 3], [0]], None, True),  # signed offsets
+        ([], 50, False),  # no item at all
+    ],
+)
+def test_mmap_writer_files_are_fairseqs_builders_byte_for_byte(tmp_path, items, vocab_size, signed):
+    from fairseq.data import indexed_dataset
+
+    ours = MmapWriter(tmp_path / "ours", vocab_size, signed)
+    theirs = indexed_dataset.MMapIndexedDatasetBuilder(str(tmp_path / "theirs.bin"), dtype=ours.dtype)
+    for item in items:
+        ours.add(item)
+        theirs.add_item(torch.tensor(item, dtype=torch.int64))
+    ours.finalize()
+    theirs.finalize(str(tmp_path / "theirs.idx"))
+    for suffix in (".bin", ".idx"):
+        assert (tmp_path / f"ours{suffix}").read_bytes() == (tmp_path / f"theirs{suffix}").read_bytes()
