@@ -177,6 +177,7 @@ def test_unavailable_backend_names_the_alternatives(monkeypatch):
     monkeypatch.setitem(
         backends.BACKENDS, "kernel", backends.Backend("kernel", kernel.fn, kernel.summary, lambda: "not built (test)")
     )
+    monkeypatch.setattr(backends, "_CHOICES", {})  # auto chooses again with this registry
     q = torch.randn(1, 8, 2, 4)
     with pytest.raises(ValueError, match=r"^backend: 'kernel' is not available on this machine: not built") as err:
         banded_attention(q, q, q, 2, backend="kernel")

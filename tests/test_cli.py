@@ -145,3 +145,9 @@ def test_bench_scale_runs_fairseq_in_several_processes(tmp_path, capsys):
     assert run["processes"] == 2 and run["steps_per_s"] > 0, run
     assert run["sequences_per_s"] == pytest.approx(2 * run["steps_per_s"])
     assert "sequences/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bench", ["lm", "led", "finetune"])
+def test_bench_half_precision_needs_a_gpu(bench, tmp_path, capsys):
+    assert main(["bench", bench, "--bf16", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "--bf16 needs --device cuda" in capsys.readouterr().err

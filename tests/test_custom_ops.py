@@ -116,3 +116,45 @@ def test_global_tokens_break_the_graph_only_at_their_count():
     explanation = torch._dynamo.explain(layer)(x, global_mask=glob)
     frames = {frame.name for reason in explanation.break_reasons for frame in reason.user_stack[-1:]}
     assert frames == {"global_token_index"}, frames
+
+
+def test_global_tokens_under_a_bound_compile_in_one_graph_and_match_eager():
+    """Fine-tuning always has global tokens: with ``max_global`` the layer traces whole,
+    and compiled outputs and gradients equal eager ones (and the float64 oracle)."""
+    torch.manual_seed(0)
+    layer = LongformerSelfAttention(24, 3, window=4, dilation=(1, 2, 1), backend="kernel", max_global=5).double()
+    x = torch.randn(40, 2, 24, dtype=torch.float64)
+    pad = torch.zeros(2, 40, dtype=torch.bool)
+    pad[1, 31:] = True
+    glob = torch.zeros(2, 40, dtype=torch.bool)
+    glob[0, [0, 17, 18]] = True
+    glob[1, 3] = True  # rows with different counts, both under the bound
+    assert graph_breaks(layer, x, key_padding_mask=pad, global_mask=glob) == 0
+
+    def run(module):
+        xi = x.clone().requires_grad_()
+        layer.zero_grad()
+        out = module(xi, key_padding_mask=pad, global_mask=glob)
+        out.sum().backward()
+        return [out, xi.grad] + [p.grad.clone() for p in layer.parameters()]
+
+    torch._dynamo.reset()
+    eager, compiled = run(layer), run(torch.compile(layer))
+    assert len(eager) == len(compiled) == 2 + len(list(layer.parameters()))
+    for a, b in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(eager[0], oracle_layer(layer, x, pad, glob), atol=1e-10, rtol=1e-10)
+    # The bound is the same computation as the batch's own count.
+    unbounded = LongformerSelfAttention(24, 3, window=4, dilation=(1, 2, 1), backend="kernel").double()
+    unbounded.load_state_dict(layer.state_dict())
+    torch.testing.assert_close(unbounded(x, pad, glob), eager[0], atol=1e-12, rtol=1e-12)
+
+
+def test_a_row_over_the_global_bound_is_an_error():
+    layer = LongformerSelfAttention(24, 3, window=4, max_global=2)
+    glob = torch.zeros(1, 30, dtype=torch.bool)
+    glob[0, [1, 2, 3]] = True
+    with pytest.raises(RuntimeError, match="more global tokens than max_global"):
+        layer(torch.randn(30, 1, 24), global_mask=glob)
+    with pytest.raises(ValueError, match="max_global: expected a positive int"):
+        LongformerSelfAttention(24, 3, window=4, max_global=0)

@@ -6,7 +6,9 @@ global tokens through the layer), and the compiled CPU kernel with the backend's
 mask (forward outputs; compiled CPU FlexAttention cannot return the log-sum-exp).
 FlexAttention has no CPU backward: the backward, the compiled log-sum-exp and the
 relative-position bias gradient are left for a GPU (`longformer-fs check` covers the
-kernels there; FlexAttention's backward is PyTorch's).
+kernels there; FlexAttention's backward is PyTorch's). How often the backend compiles
+over a training run's lengths, windows and padding is dynamo's business, the same on
+every device, and is counted here on CPU.
 """
 
 import itertools

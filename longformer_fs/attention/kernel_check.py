@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 import torch
 
 from . import check_records
+from .backends import forget_choices
 from .backends import kernel as kernel_backend
 from .backends.reference import reference_band_attention
 from .band import band_width
@@ -202,4 +203,6 @@ def save_report(report: CheckReport, timings: dict | None = None) -> Path:
     summary["failures"] = [asdict(r) for r in report.failures]
     if timings:
         summary["timings"] = timings
-    return check_records.save_record(report.device, report.build, summary)
+    path = check_records.save_record(report.device, report.build, summary)
+    forget_choices()
+    return path

@@ -30,18 +30,26 @@ from .spec import BandSpec
 from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
 
 
-def global_token_index(global_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions of global tokens, per row, padded to the largest count.
+def global_token_index(global_mask: torch.Tensor, max_global: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions of global tokens, per row, padded to the largest count or to a fixed bound.
 
     Args:
         global_mask: ``(B, T)`` bool.
+        max_global: a static bound on the count per row, or None to use the largest
+            count of this batch. The count is data, so reading it stops
+            ``torch.compile``'s graph; a bound keeps every shape static (a row over it
+            fails an asynchronous check).
 
     Returns:
         ``index`` ``(B, G)`` long, ascending positions per row (padding slots point at
         0), and ``valid`` ``(B, G)`` bool marking the real slots.
     """
     counts = global_mask.sum(dim=1)
-    g = int(counts.max())
+    if max_global is None:
+        g = int(counts.max())
+    else:
+        g = min(max_global, global_mask.shape[1])
+        torch._assert_async((counts <= g).all(), "global_mask: a row has more global tokens than max_global")
     # A stable sort on "is not global" lists each row's global positions first, in order.
     index = torch.sort((~global_mask).to(torch.uint8), dim=1, stable=True).indices[:, :g]
     valid = torch.arange(g, device=global_mask.device)[None, :] < counts[:, None]
@@ -59,6 +67,10 @@ class LongformerSelfAttention(nn.Module):
         causal: autoregressive mode (keys at or before the query only).
         dropout: dropout on attention probabilities, in training mode.
         backend: band backend, see :func:`~.functional.banded_attention`.
+        max_global: a static bound on the global tokens of a row, or None. With a
+            bound, global attention has no data-dependent shape, so ``torch.compile``
+            traces the layer in one graph, and no value is read back from the device;
+            a row over the bound is an error.
     """
 
     def __init__(
@@ -70,9 +82,13 @@ class LongformerSelfAttention(nn.Module):
         causal: bool = False,
         dropout: float = 0.0,
         backend: str = "auto",
+        max_global: int | None = None,
     ):
         super().__init__()
         self.head_dim = check_heads(embed_dim, num_heads)
+        if max_global is not None and (not isinstance(max_global, int) or max_global < 1):
+            raise ValueError(f"max_global: expected a positive int or None, got {max_global!r}")
+        self.max_global = max_global
         self.dropout = check_dropout(dropout)
         get_backend(backend)
         self.embed_dim = embed_dim
@@ -96,6 +112,7 @@ class LongformerSelfAttention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, window={self.window}, "
             f"dilation={list(self.dilations)}, causal={self.causal}, backend={self.backend!r}"
+            + ("" if self.max_global is None else f", max_global={self.max_global}")
         )
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -127,8 +144,8 @@ class LongformerSelfAttention(nn.Module):
         glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device, "global token")
         if glob is not None and pad is not None:
             glob = glob & ~pad
-        if glob is not None and not torch.compiler.is_compiling() and not bool(glob.any()):
-            glob = None  # eager: skip the global path when no token is global (compile avoids the branch)
+        if glob is not None and self.max_global is None and not torch.compiler.is_compiling() and not bool(glob.any()):
+            glob = None  # skip the global path when no token is global (a read-back; bounded layers avoid it)
         dropout_p = self.dropout if self.training else 0.0
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
@@ -159,7 +176,7 @@ class LongformerSelfAttention(nn.Module):
 
     def _add_global(self, x, q, k, v, out, lse, glob, pad, dropout_p):
         """Merge the global-key columns into local rows, then overwrite global rows."""
-        index, valid = global_token_index(glob)
+        index, valid = global_token_index(glob, self.max_global)
         if index.shape[1] == 0:  # traced without a global token in the batch
             return out
         batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]

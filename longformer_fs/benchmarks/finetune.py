@@ -12,7 +12,6 @@ so one that outgrows the memory is a result ("killed") rather than the end of th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import types
 from pathlib import Path
@@ -25,7 +24,7 @@ from data_prep.fairseq_dataset import BOS, EOS, PAD
 
 from ..conversion.hf import export_longformer
 from ..models.longformer_roberta import LongformerRobertaModel
-from .measure import median_time, peak_memory_bytes, run_isolated
+from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 50265  # RoBERTa's dictionary, <mask> included
 QA_HEAD = "qa"
@@ -38,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=256, help="one-sided window (HF's attention_window is twice)")
     parser.add_argument("--layers", type=int, default=None, help="override the depth (default: base, 12)")
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per step")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--fp16", action="store_true", help="autocast to float16 (CUDA; the paper's mixed precision)")
+    add_device_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="timed steps per measurement (median)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--out", type=Path, default=Path("bench_out/finetune"), help="directory for results.json")
@@ -60,7 +58,7 @@ def build_ours(window: int, layers: int | None, seq_len: int) -> LongformerRober
 
 def step_measurement(
     kind: str, seq_len: int, global_tokens: int, window: int, layers: int | None, batch_size: int,
-    device: str, fp16: bool, repeat: int,
+    device: str, precision: str, repeat: int,
 ) -> dict:  # fmt: skip
     """Seconds and peak bytes of one training step of ``kind`` (run in a child process)."""
     torch.manual_seed(0)
@@ -76,7 +74,6 @@ def step_measurement(
     question = torch.zeros_like(tokens, dtype=torch.bool)
     question[:, :global_tokens] = True
     gold = torch.randint(global_tokens, seq_len - 1, (2, batch_size), device=device)
-    autocast = torch.autocast("cuda", dtype=torch.float16) if fp16 else contextlib.nullcontext()
 
     def logits():
         if kind == "hf":
@@ -88,7 +85,7 @@ def step_measurement(
 
     def step():
         model.zero_grad(set_to_none=True)
-        with autocast:
+        with autocast(device, precision):
             start, end = logits()
             loss = torch.nn.functional.cross_entropy(start.float(), gold[0])
             loss = loss + torch.nn.functional.cross_entropy(end.float(), gold[1])
@@ -100,9 +97,7 @@ def step_measurement(
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.fp16 and args.device == "cpu":
-        print("error: --fp16 needs --device cuda")
-        return 2
+    precision = precision_of(args)
     if not 0 < args.global_tokens < args.seq_len:
         print(f"error: --global-tokens must be in [1, {args.seq_len}), got {args.global_tokens}")
         return 2
@@ -112,13 +107,13 @@ def main(args: argparse.Namespace) -> int:
         results[kind] = run_isolated("longformer_fs.benchmarks.finetune:step_measurement", args.threads, kind=kind,
                                      seq_len=args.seq_len, global_tokens=args.global_tokens, window=args.window,
                                      layers=args.layers, batch_size=args.batch_size, device=args.device,
-                                     fp16=args.fp16, repeat=args.repeat)  # fmt: skip
+                                     precision=precision, repeat=args.repeat)  # fmt: skip
     ours, hf = results["ours"], results["hf"]
     layers = args.layers or 12
     print(
         f"one QA training step (forward, start/end loss, backward): {layers} layers x 768, window {args.window} "
         f"per side, {args.batch_size} x {args.seq_len} tokens, {args.global_tokens} global; {args.device}"
-        f"{' fp16' if args.fp16 else ''}, {args.threads} thread(s)"
+        f" {precision}, {args.threads} thread(s)"
     )
     print(f"{'model':<44} {'step s':>8} {'tok/s':>8} {'peak GiB':>9}")
     names = {"ours": "ours (longformer_roberta_base)", "hf": "HF LongformerForQuestionAnswering"}

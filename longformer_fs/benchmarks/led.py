@@ -23,7 +23,7 @@ from tqdm import tqdm
 from data_prep.fairseq_dataset import BOS, EOS
 
 from ..models.led import LEDModel, led_base_architecture
-from .measure import median_time, peak_memory_bytes, run_isolated
+from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 50265  # BART's dictionary
 
@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--width", type=int, default=None, help="override the width (FFN 4x, 64 per head)")
     parser.add_argument("--repeat", type=int, default=1, help="timed steps per measurement (median)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    add_device_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("bench_out/led"), help="directory for results.json")
 
 
@@ -73,41 +74,47 @@ def build(kind: str, source_len: int, target_len: int, window: int, layers: int 
 
 
 def step_measurement(
-    kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None, repeat: int
-) -> dict:
+    kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None, repeat: int,
+    device: str = "cpu", precision: str = "fp32",
+) -> dict:  # fmt: skip
     """Seconds and peak bytes of one training step (run in a child process)."""
     torch.manual_seed(0)
-    model = build(kind, source_len, target_len, window, layers, width).train()
+    model = build(kind, source_len, target_len, window, layers, width).to(device).train()
     src = torch.randint(4, VOCAB, (1, source_len))
     src[0, 0], src[0, -1] = BOS, EOS
     tgt = torch.randint(4, VOCAB, (1, target_len))
     prev = torch.cat([torch.tensor([[EOS]]), tgt[:, :-1]], dim=1)
+    src, tgt, prev, lengths = (x.to(device) for x in (src, tgt, prev, torch.tensor([source_len])))
 
     def step():
         model.zero_grad(set_to_none=True)
-        logits = model(src, torch.tensor([source_len]), prev)[0]
-        torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1)).backward()
+        with autocast(device, precision):
+            logits = model(src, lengths, prev)[0]
+        torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), tgt.view(-1)).backward()
 
-    seconds = median_time(step, "cpu", repeat=repeat, warmup=0)
-    peak = peak_memory_bytes(step)
+    # On GPU one warm-up step: the first compiles FlexAttention's kernels.
+    seconds = median_time(step, device, repeat=repeat, warmup=1 if torch.device(device).type == "cuda" else 0)
+    peak = peak_memory_bytes(step, device)
     return {"step_s": seconds, "tokens_per_s": source_len / seconds, "peak_gib": peak / 2**30}
 
 
 def main(args: argparse.Namespace) -> int:
+    precision = precision_of(args)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     jobs = [(n, kind) for n in args.source_lens for kind in ("led", "bart")]
     for n, kind in tqdm(jobs, desc="bench led", unit="step"):
         result = run_isolated("longformer_fs.benchmarks.led:step_measurement", args.threads, kind=kind, source_len=n,
                               target_len=args.target_len, window=args.window, layers=args.layers, width=args.width,
-                              repeat=args.repeat)  # fmt: skip
+                              repeat=args.repeat, device=args.device, precision=precision)  # fmt: skip
         if kind == "led":
             rows.append({"source_len": n})
         rows[-1][kind] = result
         (args.out / "partial.json").write_text(json.dumps(rows, indent=2))
     print(
         f"one training step (encoder + decoder, forward + backward), one document, {args.target_len}-token "
-        f"summary, {args.threads} thread(s); LED window {args.window} per side vs BART full attention (SDPA)"
+        f"summary, {args.device} {precision}, {args.threads} thread(s); LED window {args.window} per side vs BART "
+        "full attention (SDPA)"
     )
     print(
         f"{'source':>7} {'LED tok/s':>10} {'LED GiB':>8} {'BART tok/s':>11} {'BART GiB':>9} {'speedup':>8} "

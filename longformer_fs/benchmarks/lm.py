@@ -24,7 +24,7 @@ from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
 from longformer_fs.modules.per_layer import dilation_pattern, layer_values
 from longformer_fs.recipes import phase_settings
 
-from .measure import median_time, peak_memory_bytes, run_isolated
+from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 205  # enwik8's byte vocabulary plus fairseq's specials
 
@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=2, help="timed steps per measurement (median)")
     parser.add_argument("--phase5-len", type=int, default=23040, help="length of the checkpointed step (0: skip)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    add_device_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("bench_out/lm"), help="directory for results.json")
 
 
@@ -90,34 +91,43 @@ def transformer_lm(seq_len: int, model: dict):
     return TransformerLanguageModel.build_model(args, task).train()
 
 
-def measure(model, seq_len: int, repeat: int) -> dict:
-    tokens = torch.randint(4, VOCAB, (1, seq_len))
+def measure(model, seq_len: int, repeat: int, device: str = "cpu", precision: str = "fp32") -> dict:
+    model = model.to(device)
+    tokens = torch.randint(4, VOCAB, (1, seq_len), device=device)
 
     def step():
         model.zero_grad(set_to_none=True)
-        logits = model(tokens)[0]
+        with autocast(device, precision):
+            logits = model(tokens)[0]
         torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), tokens.view(-1)).backward()
 
     try:
-        seconds = median_time(step, "cpu", repeat=repeat, warmup=1)
-        peak = peak_memory_bytes(step)
+        # Two warm-up steps on GPU: the first compiles FlexAttention's kernels.
+        seconds = median_time(step, device, repeat=repeat, warmup=2 if torch.device(device).type == "cuda" else 1)
+        peak = peak_memory_bytes(step, device)
     except (RuntimeError, MemoryError) as err:  # out of memory is a result, not a crash
         return {"error": str(err).splitlines()[0][:120]}
     return {"step_s": seconds, "chars_per_s": seq_len / seconds, "peak_gib": peak / 2**30}
 
 
-def phase5_step(seq_len: int, threads: int) -> dict:
+def phase5_step(seq_len: int, threads: int, device: str, precision: str) -> dict:
     """One checkpointed training step at the phase-5 shape, in a child process (an OOM
     kill is a result, not a crash)."""
     return {
         "seq_len": seq_len,
-        **run_isolated("longformer_fs.benchmarks.lm:phase5_measurement", threads, seq_len=seq_len),
+        **run_isolated(
+            "longformer_fs.benchmarks.lm:phase5_measurement",
+            threads,
+            seq_len=seq_len,
+            device=device,
+            precision=precision,
+        ),
     }
 
 
-def phase5_measurement(seq_len: int) -> dict:
+def phase5_measurement(seq_len: int, device: str = "cpu", precision: str = "fp32") -> dict:
     model, windows = longformer_small(5, checkpoint=True)
-    return {"windows": windows, **measure(model, seq_len, repeat=1)}
+    return {"windows": windows, **measure(model, seq_len, 1, device, precision)}
 
 
 def _cells(result: dict) -> str:
@@ -128,22 +138,23 @@ def _cells(result: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    precision = precision_of(args)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     ours, windows = longformer_small(args.phase, checkpoint=False)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for seq_len in tqdm(args.seq_lens, desc="bench lm", unit="length"):
-        row = {"seq_len": seq_len, "longformer_lm_small": measure(ours, seq_len, args.repeat)}
+        row = {"seq_len": seq_len, "longformer_lm_small": measure(ours, seq_len, args.repeat, args.device, precision)}
         baseline = transformer_lm(seq_len, phase_settings("small", args.phase).model)
-        row["transformer_lm"] = measure(baseline, seq_len, args.repeat)
+        row["transformer_lm"] = measure(baseline, seq_len, args.repeat, args.device, precision)
         del baseline
         rows.append(row)
         # Written as it goes: a long run that is stopped keeps what it measured.
         (args.out / "partial.json").write_text(json.dumps(rows, indent=2))
     print(
-        f"training step, batch 1, {args.threads} thread(s); longformer_lm_small windows {windows} "
-        f"(phase {args.phase}), dilation on 2 heads"
+        f"training step, batch 1, {args.device} {precision}, {args.threads} thread(s); "
+        f"longformer_lm_small windows {windows} (phase {args.phase}), dilation on 2 heads"
     )
     print(
         f"{'T':>6} {'longformer chars/s':>18} {'peak GiB':>8} {'transformer chars/s':>19} {'peak GiB':>8} "
@@ -156,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
         row["speedup"] = None if speed == "-" else float(speed)
     result = {"rows": rows, "windows": windows, "threads": args.threads}
     if args.phase5_len:
-        result["phase5"] = phase5_step(args.phase5_len, args.threads)
+        result["phase5"] = phase5_step(args.phase5_len, args.threads, args.device, precision)
         p5 = result["phase5"]
         state = (
             f"{p5['step_s']:.1f} s, peak {p5['peak_gib']:.2f} GiB of tensors"

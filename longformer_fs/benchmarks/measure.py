@@ -109,3 +109,31 @@ def run_isolated(function: str, threads: int, **kwargs) -> dict:
             return json.loads(line[7:])
     reason = "killed: out of memory" if proc.returncode in (-9, 137) else proc.stderr.strip()[-200:]
     return {"error": reason}
+
+
+# Mixed precision as fairseq's --fp16 / --bf16 train: autocast, fp32 master weights.
+PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def add_device_arguments(parser) -> None:
+    """``--device``, and ``--fp16`` / ``--bf16`` for mixed precision: one set for every benchmark."""
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--fp16", action="store_true", help="autocast to float16 (CUDA; as fairseq's --fp16)")
+    group.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (CUDA; as fairseq's --bf16)")
+
+
+def precision_of(args) -> str:
+    """``fp16``, ``bf16`` or ``fp32`` from the parsed arguments; half precision needs CUDA."""
+    precision = "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
+    if precision != "fp32" and torch.device(args.device).type != "cuda":
+        raise ValueError(f"--{precision} needs --device cuda")
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
+    return precision
+
+
+def autocast(device: torch.device | str, precision: str):
+    """The context a training step of ``precision`` runs its forward in."""
+    dtype = PRECISIONS[precision]
+    return contextlib.nullcontext() if dtype is None else torch.autocast(torch.device(device).type, dtype=dtype)

@@ -33,7 +33,7 @@ class MultipleChoiceCriterion(FairseqCriterion):
         logits = candidate_logits(model, sample)
         target = sample["target"]
         loss = F.cross_entropy(logits, target, reduction="sum")
-        correct = int((logits.argmax(dim=1) == target).sum())
+        correct = (logits.argmax(dim=1) == target).sum()  # a tensor: no wait for the GPU at each step
         return (
             loss,
             len(target),

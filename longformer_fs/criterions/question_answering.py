@@ -28,16 +28,17 @@ class QuestionAnsweringCriterion(FairseqCriterion):
         with torch.no_grad():
             best = logits.masked_fill(~allowed[..., None], float("-inf")).argmax(dim=1)  # (B, 2)
             hit = (best[:, :1] == starts).any(dim=1) & (best[:, 1:] == ends).any(dim=1) & (starts >= 0).any(dim=1)
-        sample_size = int(answered)
+        # Counts stay tensors (fairseq sums them as such): reading them here would wait for
+        # the GPU at every step.
         return (
             loss,
-            sample_size,
+            answered,
             {
                 "loss": loss.data,
                 "ntokens": sample["ntokens"],
                 "nsentences": sample["nsentences"],
-                "sample_size": sample_size,
-                "span_hits": int(hit.sum()),
+                "sample_size": answered,
+                "span_hits": hit.sum(),
             },
         )
 

@@ -27,7 +27,7 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from .checkpoints import add_global_projections, reserved_position_rows
-from .longformer_encoder import LongformerTransformerEncoder
+from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class LEDModel(BARTModel):
         parser.add_argument("--attention-window", type=str, metavar="W",
                             help="one-sided encoder window per layer: 'w' for all layers or 'w0,w1,...' "
                                  f"(default {DEFAULT_WINDOW}, the paper's 1,024-token window)")  # fmt: skip
+        add_max_global_tokens_arg(parser)
 
     @classmethod
     def build_model(cls, args, task):

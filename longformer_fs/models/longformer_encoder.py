@@ -58,16 +58,28 @@ class FairseqLongformerAttention(LongformerSelfAttention):
 class LongformerEncoderLayer(TransformerEncoderLayerBase):
     """fairseq's encoder layer with Longformer self-attention."""
 
-    def __init__(self, cfg: TransformerConfig, window: int, dilation: int, causal: bool):
+    def __init__(self, cfg: TransformerConfig, window: int, dilation: int, causal: bool, max_global: int | None):
         # build_self_attention runs inside the base __init__ and reads these.
-        self.window, self.dilation, self.causal = window, dilation, causal
+        self.window, self.dilation, self.causal, self.max_global = window, dilation, causal, max_global
         super().__init__(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
         return FairseqLongformerAttention(
             embed_dim, cfg.encoder.attention_heads, self.window, self.dilation, self.causal,
-            dropout=cfg.attention_dropout,
+            dropout=cfg.attention_dropout, max_global=self.max_global,
         )  # fmt: skip
+
+
+def add_max_global_tokens_arg(parser) -> None:
+    """``--max-global-tokens``, shared by the models over this encoder."""
+    parser.add_argument(
+        "--max-global-tokens",
+        type=int,
+        metavar="N",
+        help="a fixed bound on the global tokens of a sequence (default: none, the count is read per batch). "
+        "With a bound, torch.compile traces global attention without a graph break and nothing is read back "
+        "from the GPU; a sequence over it is an error. E.g. the question length plus one for TriviaQA",
+    )
 
 
 def global_token_ids(symbols: str, dictionary) -> torch.Tensor:
@@ -95,8 +107,8 @@ class LongformerTransformerEncoder(TransformerEncoder):
 
     Args:
         args: the model's settings; reads ``encoder_layers``, ``attention_window``,
-            ``attention_dilation`` (per layer), ``causal_attention`` and
-            ``global_attention_tokens``.
+            ``attention_dilation`` (per layer), ``causal_attention``,
+            ``global_attention_tokens`` and ``max_global_tokens``.
         first_only: only each row's first global-token occurrence is global (LED).
     """
 
@@ -112,6 +124,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
             )
         )
         self.causal = bool(safe_getattr(args, "causal_attention", False))
+        self.max_global = safe_getattr(args, "max_global_tokens", None)
         super().__init__(args, dictionary, embed_tokens)
         self.global_token_ids = global_token_ids(safe_getattr(args, "global_attention_tokens", ""), dictionary)
         self.first_only = first_only
@@ -121,7 +134,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
         if not isinstance(cfg, TransformerConfig):
             cfg = TransformerConfig.from_namespace(cfg)
         window, dilation = next(self.layer_settings)
-        layer = LongformerEncoderLayer(cfg, window, dilation, self.causal)
+        layer = LongformerEncoderLayer(cfg, window, dilation, self.causal, self.max_global)
         if cfg.checkpoint_activations:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return layer

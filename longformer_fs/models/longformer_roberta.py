@@ -30,7 +30,7 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from .checkpoints import add_global_projections, reserved_position_rows
-from .longformer_encoder import LongformerTransformerEncoder, global_attention_possible
+from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg, global_attention_possible
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,7 @@ class LongformerRobertaModel(RobertaModel):
             help="comma-separated dictionary symbols that get global attention, e.g. '<s>' "
             "(default: none, as in the paper's pretraining)",
         )
+        add_max_global_tokens_arg(parser)
 
     @classmethod
     def build_model(cls, args, task):

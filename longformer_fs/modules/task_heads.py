@@ -36,8 +36,11 @@ def or_span_loss(
     for logits, gold in ((start_logits, starts), (end_logits, ends)):
         logp = torch.log_softmax(logits.float().masked_fill(~allowed, float("-inf")), dim=-1)
         picked = logp.gather(1, gold.clamp(min=0)).masked_fill(gold < 0, float("-inf"))
-        per_window = -torch.logsumexp(picked, dim=1)
-        loss = loss + per_window[answered].sum()
+        # Windows without a target get finite stand-ins, masked out of the sum: their -inf
+        # would otherwise turn into NaN gradients. No boolean indexing: the shapes stay
+        # static, and nothing is read back from the device.
+        picked = torch.where(answered[:, None], picked, torch.zeros_like(picked))
+        loss = loss + (-torch.logsumexp(picked, dim=1)).masked_fill(~answered, 0.0).sum()
     return loss, answered.sum()
 
 
@@ -53,5 +56,6 @@ def average_over_chunks(chunk_logits: torch.Tensor, owner: torch.Tensor, num_exa
         ``(B, C)``.
     """
     total = chunk_logits.new_zeros(num_examples, chunk_logits.shape[1]).index_add(0, owner, chunk_logits)
-    counts = torch.bincount(owner, minlength=num_examples).clamp(min=1).to(chunk_logits.dtype)
+    # index_add, not bincount: bincount's length depends on the data.
+    counts = chunk_logits.new_zeros(num_examples).index_add(0, owner, chunk_logits.new_ones(owner.shape)).clamp(min=1)
     return total / counts[:, None]

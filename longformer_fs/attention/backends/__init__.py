@@ -164,6 +164,13 @@ def choose_backend(
 
 
 _LOGGED: set[tuple[str, str]] = set()
+# auto's choice per kind of call, made once per process: it is on every layer's path.
+_CHOICES: dict[tuple, str] = {}
+
+
+def forget_choices() -> None:
+    """Choose again on the next call (after ``check`` recorded new results)."""
+    _CHOICES.clear()
 
 
 @torch.compiler.assume_constant_result
@@ -173,13 +180,16 @@ def _auto_name(device_type: str, device_index: int, dtype: str, head_dim: int, d
     The choice depends only on these arguments; under ``torch.compile`` it is a constant
     of the graph, made here in plain Python.
     """
-    device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
-    spec = BandSpec(0, (1,), False, 1.0, dropout_p=0.5 if dropout else 0.0, relative=relative)
-    backend, reason = choose_backend(spec, device, getattr(torch, dtype), head_dim)
-    if (backend.name, reason) not in _LOGGED:
-        _LOGGED.add((backend.name, reason))
-        logger.info("attention backend auto -> %s", reason)
-    return backend.name
+    key = (device_type, device_index, dtype, head_dim, dropout, relative)
+    if key not in _CHOICES:
+        device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
+        spec = BandSpec(0, (1,), False, 1.0, dropout_p=0.5 if dropout else 0.0, relative=relative)
+        backend, reason = choose_backend(spec, device, getattr(torch, dtype), head_dim)
+        if (backend.name, reason) not in _LOGGED:
+            _LOGGED.add((backend.name, reason))
+            logger.info("attention backend auto -> %s", reason)
+        _CHOICES[key] = backend.name
+    return _CHOICES[key]
 
 
 def get_backend(name: str, spec: BandSpec | None = None, q: torch.Tensor | None = None) -> Backend:
