@@ -233,7 +233,7 @@ $(STAMP): $(INSTALL_INPUTS)
 	@echo ">> installed; run 'make test' or '$(VENV)/bin/longformer-fs info'"
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
 
 CXX_SOURCES := $(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h' | sort)
 

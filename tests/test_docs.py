@@ -1,0 +1,81 @@
+"""The commands the README and docs/ show exist: each ``longformer-fs`` subcommand named in a
+fenced block answers ``--help``, and each ``make`` target named there is a rule
+(``make -n``). A renamed command or target breaks this test, not a user's first try."""
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+from longformer_fs.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(?:bash|sh|console)?\n(.*?)^```", re.M | re.S)
+
+
+def shell_lines(page: Path) -> list[str]:
+    """Each command line of the page's fenced shell blocks, continuations joined, comments cut."""
+    lines = []
+    for block in FENCE.findall(page.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+def invocations(program: str) -> set[tuple[str, ...]]:
+    """``(page, words...)`` of every line that runs ``program``, across the pages."""
+    found = set()
+    for page in PAGES:
+        for line in shell_lines(page):
+            for part in re.split(r"&&|\|\||;", line):
+                try:
+                    words = shlex.split(part)
+                except ValueError:  # a quote the comment cut opened: words are enough here
+                    words = part.split()
+                while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value prefixes
+                    words = words[1:]
+                if words and Path(words[0]).name == program:
+                    found.add((page.name, *words[1:]))
+    return found
+
+
+def subcommand(words: tuple[str, ...]) -> tuple[str, ...]:
+    for n in (2, 1):
+        if " ".join(words[:n]) in COMMANDS:
+            return words[:n]
+    return words[:1]
+
+
+def targets(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The make targets of a command line (not its VAR=value settings or options)."""
+    return tuple(w for w in words if "=" not in w and not w.startswith("-") and w != "...")
+
+
+LONGFORMER_FS = sorted({(page, *subcommand(words)) for page, *words in invocations("longformer-fs")})
+MAKE = sorted({(page, *targets(words)) for page, *words in invocations("make")})
+
+
+def test_the_pages_show_commands():
+    assert len(LONGFORMER_FS) >= 15 and len(MAKE) >= 8, (LONGFORMER_FS, MAKE)
+
+
+def ids(cases):
+    return [f"{page}: {' '.join(words)}" for page, *words in cases]
+
+
+@pytest.mark.parametrize("page,words", [(p, tuple(w)) for p, *w in LONGFORMER_FS], ids=ids(LONGFORMER_FS))
+def test_longformer_fs_subcommands_exist(page, words):
+    assert " ".join(words) in COMMANDS, f"{page}: `longformer-fs {' '.join(words)}` is not a subcommand"
+    assert cli(*words, "--help").returncode == 0
+
+
+@pytest.mark.parametrize("page,words", [(p, tuple(w)) for p, *w in MAKE], ids=ids(MAKE))
+def test_make_targets_exist(page, words):
+    result = subprocess.run(["make", "-n", *words], cwd=ROOT, capture_output=True, text=True)
+    assert "No rule to make target" not in result.stderr, f"{page}: `make {' '.join(words)}`: {result.stderr}"
