@@ -259,7 +259,7 @@ def test_launch_arguments():
 
 def test_fsdp_finds_fairscale():
     """fairseq's --ddp-backend fully_sharded wraps fairscale's FSDP (pinned); it computes
-    on CUDA only (README, "Many GPUs and nodes")."""
+    on CUDA only (docs/gpus.md, "Many GPUs and nodes")."""
     from fairseq.distributed import fully_sharded_data_parallel as fsdp
 
     assert fsdp.has_FSDP
