@@ -35,7 +35,7 @@ class CharLMPhase:
         batch_size: sequences per update (before update_freq and processes).
         max_update, warmup_updates: the phase's steps.
         model: the size preset (``recipes/char_lm/model/{size}.yaml``): layers, width,
-            heads, ``attention_dilations``, ``dilated_heads``, dropout...
+            heads, ``attention_dilation``, ``dilated_heads``, dropout...
     """
 
     size: str
@@ -53,8 +53,8 @@ class CharLMPhase:
         return f"{self.size}_phase{self.phase}"
 
     @property
-    def attention_windows(self) -> str:
-        """The windows in ``--attention-windows`` syntax (``"lo:hi"``)."""
+    def attention_window(self) -> str:
+        """The windows in ``--attention-window`` syntax (``"lo:hi"``)."""
         return f"{self.windows[0]}:{self.windows[1]}"
 
 
@@ -73,7 +73,7 @@ def phase_settings(size: str, phase: int) -> CharLMPhase:
     directory = char_lm_dir()
     recipe = OmegaConf.load(directory / f"{size}_phase{phase}.yaml")
     model = OmegaConf.to_container(OmegaConf.load(directory / "model" / f"{size}.yaml"))
-    lo, hi = (int(x) for x in str(recipe.model.attention_windows).split(":"))
+    lo, hi = (int(x) for x in str(recipe.model.attention_window).split(":"))
     return CharLMPhase(
         size=size,
         phase=phase,

@@ -19,7 +19,7 @@ TINY_CHAR_LM = [
     "--task", "longformer_char_lm", "--arch", "longformer_lm_small",
     "--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
     "--decoder-attention-heads", "4", "--dilated-heads", "2",
-    "--attention-windows", "4:16", "--attention-dilations", "1,2", "--tokens-per-sample", "64",
+    "--attention-window", "4:16", "--attention-dilation", "1,2", "--tokens-per-sample", "64",
 ]  # fmt: skip
 
 BAND_BACKENDS = [pytest.param(name, id=name) for name in ("reference", "chunks", "kernel")]

@@ -57,7 +57,7 @@ args = Namespace(arch="longformer_roberta_base", encoder_layers=1, encoder_embed
                  max_positions=64, dropout=0.0)
 models = [LongformerRobertaModel.build_model(args, task)]
 cfg = LongformerLMConfig(decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2,
-                         attention_windows="4", attention_dilations="1", dilated_heads=0)
+                         attention_window="4", attention_dilation="1", dilated_heads=0)
 models.append(LongformerLanguageModel.build_model(cfg, task))
 tokens = torch.randint(4, 24, (2, 20))
 tokens[:, 0] = d.bos()

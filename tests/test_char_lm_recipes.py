@@ -54,9 +54,9 @@ def test_every_phase_composes_with_the_papers_values(size):
         assert (cfg.model.decoder_attention_heads, cfg.model.decoder_embed_dim) == (8, 512)
         assert cfg.model.dropout == PAPER["dropout"][size]
         assert cfg.model.dilated_heads == 2
-        dil = [int(x) for x in cfg.model.attention_dilations.split(",")]
+        dil = [int(x) for x in cfg.model.attention_dilation.split(",")]
         assert dil == [n + 1 for n in PAPER["dilation"][size]]
-        windows = layer_values(cfg.model.attention_windows, cfg.model.decoder_layers)
+        windows = layer_values(cfg.model.attention_window, cfg.model.decoder_layers)
         assert list(windows) == sorted(windows)  # grow from the bottom layer to the top
         assert windows[0] == 32 * 2**i and (phase == 5 or windows[-1] == 8192 * 2**i)
         assert cfg.common.user_dir.endswith("longformer_fs") and cfg.hydra.job.chdir is False
@@ -67,6 +67,55 @@ def test_every_phase_composes_with_the_papers_values(size):
         previous = (windows, cfg.optimization.lr[0])
 
 
+# ---------------------------------------------------------------- the deprecated spellings
+
+
+def build_lm(model_cfg):
+    """``model_cfg`` built as fairseq-hydra-train builds it (merged into the dataclass)."""
+    from fairseq import models
+    from fairseq.data import Dictionary
+    from omegaconf import OmegaConf
+
+    import longformer_fs.models.longformer_lm  # noqa: F401 (registers the model)
+
+    # fairseq-hydra-train resolves the composed config into a plain one first.
+    cfg = OmegaConf.create({"model": OmegaConf.to_container(model_cfg, resolve=True)})
+    task = type("Task", (), {"target_dictionary": Dictionary()})()
+    return models.build_model(cfg.model, task).decoder.net.shape
+
+
+# The recipe's 12 layers, narrower.
+NARROW = ["model.decoder_embed_dim=16", "model.decoder_ffn_embed_dim=32"]
+
+
+def test_an_old_hydra_config_and_old_overrides_still_build(tmp_path, caplog):
+    """A config written before the rename, overridden with the old key, builds the model it meant."""
+    (tmp_path / "old.yaml").write_text(
+        "model:\n  _name: longformer_lm\n  decoder_layers: 2\n  decoder_embed_dim: 16\n"
+        "  decoder_ffn_embed_dim: 32\n  decoder_attention_heads: 4\n"
+        '  attention_windows: "8:32"\n  attention_dilations: "1,2"\n'
+    )
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        cfg = hydra_compose(config_name="old", overrides=["model.attention_windows=4:16"])
+    with caplog.at_level("WARNING"):
+        shape = build_lm(cfg.model)
+    assert shape.windows == (4, 16) and shape.dilations == ((1, 1, 1, 1), (1, 1, 2, 2))
+    assert "use --attention-window (model.attention_window)" in caplog.text
+
+
+def test_an_old_override_on_a_recipe_names_the_key_to_use():
+    """The recipes set model.attention_window; the old key on top is a disagreement, said as one."""
+    shape = build_lm(compose("small_phase1", [*NARROW, "model.attention_window=4:16"]).model)
+    assert shape.windows[0] == 4 and shape.windows[-1] == 16
+    cfg = compose("small_phase1", [*NARROW, "model.attention_windows=4:16"])
+    with pytest.raises(ValueError, match=r"'4:16' against '32:8192'.*give only --attention-window "
+                       r"\(model.attention_window\)"):  # fmt: skip
+        build_lm(cfg.model)
+
+
 # ---------------------------------------------------------------- the chain, for real
 
 TINY = [
@@ -74,8 +123,8 @@ TINY = [
     "model.decoder_embed_dim=32",
     "model.decoder_ffn_embed_dim=64",
     "model.decoder_attention_heads=4",
-    "model.attention_dilations=\"'1,2'\"",
-    "model.attention_windows=4:16",
+    "model.attention_dilation=\"'1,2'\"",
+    "model.attention_window=4:16",
     "task.tokens_per_sample=64",
     "dataset.batch_size=8",
     "common.cpu=true",

@@ -116,3 +116,39 @@ def test_dilation_pattern():
     assert dilation_pattern("1,2,4", 3, 4, 2) == ((1, 1, 1, 1), (1, 1, 2, 2), (1, 1, 4, 4))
     with pytest.raises(ValueError, match="dilated-heads"):
         dilation_pattern("1,2,4", 3, 4, 5)
+
+
+# ---------------------------------------------------------------- the deprecated spellings
+
+
+def _lm_shape(caplog=None, **settings):
+    """The decoder shape `longformer_lm` builds from a config of ``settings``."""
+    from fairseq.data import Dictionary
+
+    from longformer_fs.models.longformer_lm import LongformerLanguageModel, LongformerLMConfig
+
+    dictionary = Dictionary()
+    cfg = LongformerLMConfig(decoder_layers=2, decoder_embed_dim=16, decoder_ffn_embed_dim=32,
+                             decoder_attention_heads=4, **settings)  # fmt: skip
+    task = type("Task", (), {"target_dictionary": dictionary})()
+    return LongformerLanguageModel.build_model(cfg, task).decoder.net.shape
+
+
+def test_the_old_spellings_build_the_same_model_and_say_which_to_use(caplog):
+    new = _lm_shape(attention_window="4:16", attention_dilation="1,2")
+    assert new.windows == (4, 16) and new.dilations == ((1, 1, 1, 1), (1, 1, 2, 2))
+    with caplog.at_level("WARNING"):
+        old = _lm_shape(attention_windows="4:16", attention_dilations="1,2")
+    assert old == new
+    assert "--attention-windows (model.attention_windows) is deprecated; use --attention-window" in caplog.text
+    assert "--attention-dilations (model.attention_dilations) is deprecated; use --attention-dilation" in caplog.text
+    # Both spellings agreeing is no conflict.
+    assert _lm_shape(attention_window="4:16", attention_windows="4:16", attention_dilation="1,2") == new
+
+
+def test_the_two_spellings_disagreeing_is_an_error():
+    with pytest.raises(ValueError, match=r"^--attention-windows \(model.attention_windows\) is the deprecated .*"
+                       r"'4:16' against '8:32'.*give only --attention-window"):  # fmt: skip
+        _lm_shape(attention_window="8:32", attention_windows="4:16")
+    with pytest.raises(ValueError, match="give only --attention-dilation"):
+        _lm_shape(attention_dilation="1,3", attention_dilations="1,2")

@@ -60,11 +60,11 @@ def longformer_small(phase: int, checkpoint: bool) -> tuple[LongformerDecoder, s
         m["decoder_embed_dim"],
         m["decoder_ffn_embed_dim"],
         heads,
-        layer_values(recipe.attention_windows, layers),
-        dilation_pattern(m["attention_dilations"], layers, heads, m["dilated_heads"]),
+        layer_values(recipe.attention_window, layers),
+        dilation_pattern(m["attention_dilation"], layers, heads, m["dilated_heads"]),
     )
     model = LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).train()
-    return model, recipe.attention_windows
+    return model, recipe.attention_window
 
 
 def transformer_lm(seq_len: int, model: dict):

@@ -70,7 +70,7 @@ def train_command(data: Path, save: Path, args, processes: int) -> list[str]:
         "--arch", "longformer_lm_small", "--criterion", "bpc_cross_entropy",
         "--decoder-layers", str(layers), "--decoder-embed-dim", str(width),
         "--decoder-ffn-embed-dim", str(4 * width), "--decoder-attention-heads", str(model["decoder_attention_heads"]),
-        "--attention-windows", recipe.attention_windows, "--attention-dilations", model["attention_dilations"]
+        "--attention-window", recipe.attention_window, "--attention-dilation", model["attention_dilation"]
         if layers == model["decoder_layers"] else "1", "--dilated-heads", str(model["dilated_heads"]),
         "--tokens-per-sample", str(args.seq_len), "--batch-size", "1", "--required-batch-size-multiple", "1",
         "--optimizer", "adam", "--lr", "1e-4", "--max-update", str(args.warmup + args.updates),

@@ -35,7 +35,7 @@ TOY_MODEL = [
     "model.decoder_embed_dim=64",
     "model.decoder_ffn_embed_dim=128",
     "model.decoder_attention_heads=4",
-    "model.attention_dilations='1,2'",
+    "model.attention_dilation='1,2'",
     "model.dropout=0.0",
 ]
 # Phase 1 at toy scale; later phases follow the recipes' ratios from here.
@@ -68,7 +68,7 @@ class ToyPhase:
     def overrides(self, updates: int) -> list[str]:
         return TOY_MODEL + [
             f"task.tokens_per_sample={self.seq}",
-            f"model.attention_windows={self.windows[0]}:{self.windows[1]}",
+            f"model.attention_window={self.windows[0]}:{self.windows[1]}",
             f"optimization.lr=[{self.lr}]",
             f"optimization.max_update={updates}",
             f"lr_scheduler.warmup_updates={max(1, updates // 10)}",

@@ -3,11 +3,17 @@
 A thin wrapper over :class:`longformer_fs.modules.decoder.LongformerDecoder`. Windows
 grow from the bottom layer to the top; dilation applies to the last
 ``--dilated-heads`` heads of each layer.
+
+``--attention-window`` and ``--attention-dilation`` are spelt as in the encoder models
+(and HF's ``attention_window``). The plural spellings this model used before are
+deprecated but still read, from the command line, from Hydra and from the configs of
+checkpoints trained with them.
 """
 
 # No `from __future__ import annotations` here: fairseq builds its argparse options from
 # the dataclass field types and cannot read string annotations.
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from fairseq.dataclass import FairseqDataclass
@@ -16,6 +22,8 @@ from fairseq.utils import safe_getattr
 
 from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
 from longformer_fs.modules.per_layer import dilation_pattern, layer_values
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,14 +36,14 @@ class LongformerLMConfig(FairseqDataclass):
     attention_dropout: float = field(
         default=0.0, metadata={"help": "dropout on attention probabilities (> 0 rules out the kernel backend)"}
     )
-    attention_windows: str = field(
+    attention_window: str = field(
         default="16:4096",
         metadata={
             "help": "one-sided window per layer, bottom first: 'w', 'w0,w1,...', or 'lo:hi' "
             "(geometric from lo to hi). The paper's window size is 2w"
         },
     )
-    attention_dilations: str = field(
+    attention_dilation: str = field(
         default="1",
         metadata={"help": "dilation d of the dilated heads per layer ('d' or 'd0,d1,...'); d=1 means no gaps"},
     )
@@ -46,6 +54,53 @@ class LongformerLMConfig(FairseqDataclass):
     )
     # fairseq-train sets this from the task; declared Optional because it may be None.
     max_target_positions: Optional[int] = field(default=None, metadata={"help": "longest sequence"})
+    # The old spellings stay declared: a checkpoint trained with them holds them in its
+    # cfg.model, and fairseq drops the keys its dataclass lacks when it loads one
+    # (merge_with_parent with remove_missing), which would silently build the default
+    # windows. Declared, they also keep old command lines and Hydra overrides working.
+    # Read through `_renamed`, never directly.
+    attention_windows: Optional[str] = field(
+        default=None, metadata={"help": "deprecated spelling of --attention-window; use that"}
+    )
+    attention_dilations: Optional[str] = field(
+        default=None, metadata={"help": "deprecated spelling of --attention-dilation; use that"}
+    )
+
+
+_DEFAULTS = {f.name: f.default for f in fields(LongformerLMConfig)}
+
+
+def _renamed(cfg, name: str, old: str) -> str:
+    """``cfg.<name>``, or the value given under its deprecated spelling ``old``.
+
+    The deprecated value is taken when ``name`` is unset or at its default: a config does
+    not tell whether a value came from the user, a recipe or the default, so any other
+    value of ``name`` that differs counts as given, and two spellings that disagree are
+    an error rather than a silent choice.
+    """
+    # A config may lack either key: checkpoints trained with --arch are rebuilt from their
+    # saved cfg as it is, without the dataclass's defaults.
+    value, legacy = safe_getattr(cfg, name, None), safe_getattr(cfg, old, None)
+    value = _DEFAULTS[name] if value is None else str(value)
+    if legacy is None:
+        return value
+    legacy = str(legacy)
+    flag, old_flag = "--" + name.replace("_", "-"), "--" + old.replace("_", "-")
+    if value != legacy and value != _DEFAULTS[name]:
+        raise ValueError(
+            f"{old_flag} (model.{old}) is the deprecated spelling of {flag} (model.{name}), and they differ: "
+            f"{legacy!r} against {value!r} (from the command line or a recipe); give only {flag} "
+            f"(model.{name})"
+        )
+    logger.warning(
+        "%s (model.%s) is deprecated; use %s (model.%s). Reading its value %r",
+        old_flag,
+        old,
+        flag,
+        name,
+        legacy,
+    )
+    return legacy
 
 
 class LongformerLMDecoder(FairseqDecoder):
@@ -57,9 +112,12 @@ class LongformerLMDecoder(FairseqDecoder):
             embed_dim=cfg.decoder_embed_dim,
             ffn_dim=cfg.decoder_ffn_embed_dim,
             num_heads=cfg.decoder_attention_heads,
-            windows=layer_values(cfg.attention_windows, cfg.decoder_layers),
+            windows=layer_values(_renamed(cfg, "attention_window", "attention_windows"), cfg.decoder_layers),
             dilations=dilation_pattern(
-                cfg.attention_dilations, cfg.decoder_layers, cfg.decoder_attention_heads, cfg.dilated_heads
+                _renamed(cfg, "attention_dilation", "attention_dilations"),
+                cfg.decoder_layers,
+                cfg.decoder_attention_heads,
+                cfg.dilated_heads,
             ),
         )
         self.max_target_positions = cfg.max_target_positions
