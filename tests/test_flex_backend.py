@@ -231,6 +231,22 @@ def test_hitting_the_recompile_limit_goes_to_chunks_and_says_why(counted_compile
     assert "plain" in flex._FALLBACKS
 
 
+def test_a_failed_compilation_goes_to_chunks_and_says_why(counted_compiles, monkeypatch, caplog):
+    counter, flex = counted_compiles
+
+    def failing_compiler(graph, example_inputs):
+        raise RuntimeError("no kernel for this shape (test)")
+
+    monkeypatch.setattr(flex, "_runner", lambda fn, device: flex.compiled(fn, failing_compiler))
+    q, k, v = (torch.randn(2, 2, 150, 16) for _ in range(3))
+    with torch.no_grad(), caplog.at_level("WARNING"):
+        out, _ = flex_band_attention(q, k, v, None, BandSpec(5, (1, 2), True, 0.25))
+    want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 5, (1, 2), True)
+    torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
+    warnings = [r.getMessage() for r in caplog.records if "flex -> chunks" in r.getMessage()]
+    assert len(warnings) == 1 and "compiling FlexAttention failed" in warnings[0] and "(test)" in warnings[0]
+
+
 def test_small_head_dimensions_on_gpu_go_elsewhere_with_a_reason():
     from longformer_fs.attention.backends import choose_backend
     from longformer_fs.attention.backends.flex import limitation

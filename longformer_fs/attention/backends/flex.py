@@ -21,7 +21,8 @@ compiled function takes everything that varies as tensors (the window, dilations
 padding, the tile lists) and is compiled with dynamic shapes and ``fullgraph=True``:
 its variants are bounded by the kinds of call (grad mode, dtype, a batch of one), not
 by lengths or windows. Hitting the recompile limit anyway raises inside torch instead
-of going dense, and the backend then hands the call to ``chunks`` and logs why.
+of going dense, and the backend then hands the call to ``chunks`` and logs why; so it
+does when FlexAttention fails to compile for a call.
 
 FlexAttention computes in the input dtype with fp32 softmax statistics; the output is
 returned in the input dtype. It has no attention dropout, and its GPU kernels need a
@@ -251,4 +252,8 @@ def flex_band_attention(
             return _runner(fn, q.device)(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
     except torch._dynamo.exc.FailOnRecompileLimitHit as err:
         reason = f"torch's recompile limit was reached, and eager FlexAttention would be dense ({err})"
+        return _fall_back(kind, reason, q, k, v, key_mask, spec, position)
+    except torch._dynamo.exc.BackendCompilerFailed as err:  # e.g. a head size FlexAttention cannot tile
+        cause = getattr(err, "inner_exception", None) or err
+        reason = f"compiling FlexAttention failed: {type(cause).__name__}: {str(cause).splitlines()[0][:300]}"
         return _fall_back(kind, reason, q, k, v, key_mask, spec, position)
