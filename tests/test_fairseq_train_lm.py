@@ -28,14 +28,15 @@ def data_bin(tmp_path_factory):
     return tmp / "bin"
 
 
-def fairseq_train(data, *extra):
+def run_fairseq_train(data, *extra, model=TINY_CHAR_LM):
+    """fairseq-train on ``data`` with the ``model`` options: its CompletedProcess."""
     exe = Path(sys.executable).parent / "fairseq-train"
     if not exe.exists():
         pytest.skip("fairseq-train is not installed next to this interpreter")
     cmd = [
         str(exe),
         str(data),
-        *TINY_CHAR_LM,
+        *model,
         "--batch-size",
         "8",
         "--optimizer",
@@ -55,7 +56,12 @@ def fairseq_train(data, *extra):
         "0.0",
         *extra,
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def fairseq_train(data, *extra):
+    """fairseq-train that must succeed: its train_inner and valid log entries."""
+    result = run_fairseq_train(data, *extra)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     logs = []
     for line in (result.stdout + result.stderr).splitlines():
@@ -115,3 +121,66 @@ def test_eval_bpc_on_the_trained_checkpoint(data_bin, tmp_path):
         cwd=ROOT,
     )
     assert missing.returncode == 2 and "checkpoint:" in missing.stderr
+
+
+# ---------------------------------------------------------------- the deprecated spellings
+
+# The char LM's options as spelt before issue 22, and the model keys fairseq-train wrote
+# into a checkpoint's cfg then (read from one trained with them at commit fb14f68).
+OLD_SPELLING = {"--attention-window": "--attention-windows", "--attention-dilation": "--attention-dilations"}
+OLD_CFG_MODEL_KEYS = {
+    "_name", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads", "dropout",
+    "attention_dropout", "attention_windows", "attention_dilations", "dilated_heads", "attention_backend",
+    "checkpoint_activations", "max_target_positions",
+}  # fmt: skip
+TINY_WINDOWS, TINY_DILATIONS = (4, 16), ((1, 1, 1, 1), (1, 1, 2, 2))  # TINY_CHAR_LM's 4:16 and 1,2
+
+
+def load(path, data):
+    from longformer_fs.evaluation.checkpoint import load_model
+
+    return load_model(path, data)[0]
+
+
+def test_the_old_flags_still_train_and_say_which_to_use(data_bin, tmp_path):
+    old = [OLD_SPELLING.get(arg, arg) for arg in TINY_CHAR_LM]
+    save = tmp_path / "ckpt"
+    result = run_fairseq_train(data_bin, "--max-update", "2", "--save-dir", str(save), "--no-epoch-checkpoints",
+                               "--disable-validation", model=old)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert "--attention-windows (model.attention_windows) is deprecated; use --attention-window" in log
+    assert "--attention-dilations (model.attention_dilations) is deprecated; use --attention-dilation" in log
+    shape = load(save / "checkpoint_last.pt", data_bin).decoder.net.shape
+    assert (shape.windows, shape.dilations) == (TINY_WINDOWS, TINY_DILATIONS)
+
+
+def test_the_two_spellings_disagreeing_stop_fairseq_train(data_bin):
+    result = run_fairseq_train(data_bin, "--attention-windows", "8:32", "--max-update", "1", "--no-save")
+    assert result.returncode != 0
+    assert "'8:32' against '4:16'" in result.stderr and "give only --attention-window" in result.stderr
+
+
+def test_a_checkpoint_with_the_old_keys_loads_the_same_model(data_bin, tmp_path):
+    """A checkpoint written before the rename: its cfg.model holds only the plural keys."""
+    import torch
+
+    save = tmp_path / "ckpt"
+    fairseq_train(data_bin, "--max-update", "2", "--save-dir", str(save), "--no-epoch-checkpoints",
+                  "--disable-validation")  # fmt: skip
+    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    old_names = {"attention_window": "attention_windows", "attention_dilation": "attention_dilations"}
+    state["cfg"]["model"] = {
+        old_names.get(key, key): value
+        for key, value in state["cfg"]["model"].items()
+        if key not in old_names.values()  # the deprecated fields (None here) did not exist then
+    }
+    assert set(state["cfg"]["model"]) == OLD_CFG_MODEL_KEYS
+    torch.save(state, tmp_path / "old.pt")
+
+    new, old = load(save / "checkpoint_last.pt", data_bin), load(tmp_path / "old.pt", data_bin)
+    assert old.decoder.net.shape == new.decoder.net.shape
+    assert (old.decoder.net.shape.windows, old.decoder.net.shape.dilations) == (TINY_WINDOWS, TINY_DILATIONS)
+    tokens = torch.randint(4, len(new.decoder.dictionary), (2, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(old(tokens)[0], new(tokens)[0], rtol=0, atol=0)
