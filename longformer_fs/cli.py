@@ -1,7 +1,8 @@
 """``longformer-fs``: the project's command line.
 
 Subcommands register themselves in :data:`COMMANDS`; each is a module with
-``add_arguments(parser)`` and ``main(args) -> int``.
+``add_arguments(parser)`` and ``main(args) -> int``. A subcommand's module is imported
+only when that subcommand is parsed: ``longformer-fs --help`` imports none of them.
 """
 
 from __future__ import annotations
@@ -80,6 +81,23 @@ COMMANDS = {
 }
 
 
+class _SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser, whose arguments its module adds when this subcommand is
+    parsed (to run it, or for its ``--help``): the modules import torch, fairseq and more."""
+
+    def __init__(self, *args, module: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._module = module
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._module is not None:
+            module = importlib.import_module(self._module)
+            self._module = None
+            module.add_arguments(self)
+            self.set_defaults(_main=module.main)
+        return super().parse_known_args(args, namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="longformer-fs",
@@ -87,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Training itself runs through fairseq-train / fairseq-hydra-train with "
         "--user-dir longformer_fs; this tool covers set-up checks, data and benchmarks.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Group parsers (bench, prep) are _SubcommandParsers too, and so their subparsers.
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_SubcommandParser)
     groups: dict[str, argparse._SubParsersAction] = {}
     for name, (module_name, help_text) in COMMANDS.items():
         *group, leaf = name.split()
@@ -97,12 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
                 group_parser = subparsers.add_parser(group[0], help=f"{group[0]} subcommands")
                 groups[group[0]] = group_parser.add_subparsers(dest="subcommand", metavar="WHAT", required=True)
             target = groups[group[0]]
-        sub = target.add_parser(
-            leaf, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        target.add_parser(
+            leaf,
+            help=help_text,
+            description=help_text,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            module=module_name,
         )
-        module = importlib.import_module(module_name)
-        module.add_arguments(sub)
-        sub.set_defaults(_main=module.main)
     return parser
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import cli
 
-from longformer_fs.cli import main
+from longformer_fs.cli import COMMANDS, main
 
 
 def run_cli(*args):
@@ -37,6 +37,58 @@ def test_console_script_is_installed():
         pytest.skip("package not installed into this interpreter's environment")
     result = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "info" in result.stdout and "bench" in result.stdout
+
+
+# Prints the heavy libraries and the subcommand modules loaded in this process.
+LOADED = (
+    "import sys\n"
+    "heavy = [m for m in ('transformers', 'matplotlib', 'fairseq', 'torch') if m in sys.modules]\n"
+    "commands = [m for m in sys.modules if m.startswith(('longformer_fs.commands.', 'longformer_fs.benchmarks.'))]\n"
+    "print(' '.join(sorted(heavy)), '|', ' '.join(sorted(commands)))\n"
+)
+
+
+def loaded_after(*args):
+    """(heavy libraries, subcommand modules) loaded by ``longformer-fs ARGS`` in a fresh interpreter."""
+    code = (
+        f"from longformer_fs.cli import main\ntry:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n" + LOADED
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    heavy, commands = result.stdout.splitlines()[-1].split("|")
+    return set(heavy.split()), set(commands.split())
+
+
+@pytest.mark.parametrize("args", [["--help"], ["bench", "--help"], ["prep", "--help"]])
+def test_help_imports_no_subcommand_and_neither_torch_nor_fairseq(args):
+    assert loaded_after(*args) == (set(), set())
+
+
+def test_info_imports_only_its_module_and_neither_transformers_nor_matplotlib():
+    heavy, commands = loaded_after("info")
+    assert not heavy & {"transformers", "matplotlib"}
+    assert commands == {"longformer_fs.commands.info"}
+
+
+def test_a_subcommand_help_imports_that_subcommand_only(capsys):
+    _, loaded = loaded_after("bench", "attention", "--help")
+    assert loaded & {module for module, _ in COMMANDS.values()} == {"longformer_fs.benchmarks.attention"}
+    with pytest.raises(SystemExit):
+        main(["bench", "attention", "--help"])
+    assert "--seq-lens" in capsys.readouterr().out  # its module's arguments, with their defaults
+
+
+def test_help_lists_every_command_with_its_help():
+    result = run_cli("--help")
+    assert result.returncode == 0, result.stderr
+    for name, (_, help_text) in COMMANDS.items():
+        assert name.split()[0] in result.stdout
+        if " " not in name:
+            assert " ".join(help_text.split()[:3]) in " ".join(result.stdout.split()), name
+    bench = " ".join(run_cli("bench", "--help").stdout.split())
+    for name, (_, help_text) in COMMANDS.items():
+        if name.startswith("bench "):
+            assert name.split()[1] in bench and " ".join(help_text.split()[:3]) in bench, name
 
 
 def test_bench_attention_writes_table_json_and_plot(tmp_path, capsys):

@@ -7,6 +7,8 @@ functions), at the granularity of this repository's packages, e.g.
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,14 @@ def test_attention_core_and_modules_know_nothing_of_fairseq(edges):
     for unit in ("longformer_fs.attention", "longformer_fs.modules"):
         assert not edges.get(unit, set()) & {"fairseq", "transformers"}, unit
     assert edges.get("longformer_fs.attention", set()) <= {"torch"}
+
+
+def test_attention_core_imports_without_fairseq():
+    """At run time too: the package's own __init__ leaves fairseq to whoever needs it."""
+    code = "import sys, longformer_fs.attention; print([m for m in ('fairseq', 'transformers') if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_only_the_command_line_reaches_commands_and_benchmarks(edges):

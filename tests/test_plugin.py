@@ -8,6 +8,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+LOAD_USER_DIR = (
+    "import argparse\n"
+    "from fairseq import utils\n"
+    f"utils.import_user_module(argparse.Namespace(user_dir={str(ROOT / 'longformer_fs')!r}))\n"
+)
+# Prints the plugin's names that fairseq's registries lack (none: an empty line).
+MISSING_REGISTRATIONS = (
+    "from fairseq.criterions import CRITERION_REGISTRY\n"
+    "from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY\n"
+    "from fairseq.tasks import TASK_REGISTRY\n"
+    "expected = {\n"
+    "    'model': (MODEL_REGISTRY, ['longformer_lm', 'longformer_roberta', 'led']),\n"
+    "    'arch': (ARCH_MODEL_REGISTRY, ['longformer_lm_small', 'longformer_roberta_base', 'led_base']),\n"
+    "    'task': (TASK_REGISTRY, ['longformer_char_lm', 'longformer_qa', 'longformer_wikihop']),\n"
+    "    'criterion': (CRITERION_REGISTRY, ['bpc_cross_entropy', 'longformer_qa', 'longformer_wikihop']),\n"
+    "}\n"
+    "print(' '.join(f'{kind}:{n}' for kind, (reg, names) in expected.items() for n in names if n not in reg))\n"
+)
 
 
 def python(code: str) -> subprocess.CompletedProcess:
@@ -16,17 +34,48 @@ def python(code: str) -> subprocess.CompletedProcess:
 
 def test_fairseq_loads_the_user_dir():
     result = python(
-        "import argparse, sys\n"
-        "from fairseq import utils\n"
-        f"utils.import_user_module(argparse.Namespace(user_dir={str(ROOT / 'longformer_fs')!r}))\n"
+        LOAD_USER_DIR + "import sys\n"
         "mod = sys.modules['longformer_fs']\n"
         "print(mod.__file__)\n"
         "print(all(f'longformer_fs.{p}' in sys.modules for p in ('models', 'tasks', 'criterions')))\n"
+        + MISSING_REGISTRATIONS
     )
     assert result.returncode == 0, result.stderr
-    path, subpackages = result.stdout.split()
+    path, subpackages, *missing = result.stdout.split()
     assert Path(path).resolve() == ROOT / "longformer_fs" / "__init__.py"
     assert subpackages == "True"
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        # The package alone (`python -m longformer_fs.launch fairseq-train --user-dir ...`):
+        # fairseq then skips the user dir it finds imported, and the plugin registers itself.
+        "import longformer_fs\n" + LOAD_USER_DIR,
+        "import longformer_fs.cli\nimport fairseq\n",
+        # Each subpackage first: fairseq's import, and so the registration, starts inside it.
+        "import longformer_fs.models\n",
+        "import longformer_fs.tasks\n",
+        "import longformer_fs.criterions\n",
+        "from longformer_fs.tasks.question_answering import QA_HEAD\n",
+    ],
+    ids=["package-then-user-dir", "cli-then-fairseq", "models", "tasks", "criterions", "a-task-module"],
+)
+def test_the_plugin_registers_whatever_imports_fairseq_first(first):
+    result = python(first + MISSING_REGISTRATIONS)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == []
+
+
+def test_importing_the_package_or_the_command_line_imports_neither_torch_nor_fairseq():
+    result = python(
+        "import sys\n"
+        "import longformer_fs.cli\n"
+        "print(sorted(m for m in ('torch', 'fairseq', 'transformers', 'matplotlib') if m in sys.modules))\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_fairseq_train_accepts_user_dir():
@@ -58,7 +107,7 @@ def test_import_leaves_logging_alone():
     """fairseq configures the root logger at import; our import must not leak that."""
     result = python(
         "import logging\n"
-        "import longformer_fs.attention\n"
+        "import longformer_fs.models\n"
         "import sys\n"
         "assert 'fairseq' in sys.modules\n"
         "root = logging.getLogger()\n"
