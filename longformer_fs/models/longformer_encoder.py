@@ -96,7 +96,9 @@ def global_token_ids(symbols: str, dictionary) -> torch.Tensor:
 
 
 def global_attention_possible(args) -> bool:
-    """Whether any token can get global attention: named tokens, or masks from the task."""
+    """Whether any token can get global attention: named tokens (``--global-attention-tokens``)
+    or masks in the batch (``--global-attention-from-data``); configs older than the flag
+    lack the key (a fine-tuned one has it, set by its task)."""
     return bool(safe_getattr(args, "global_attention_tokens", "")) or bool(
         safe_getattr(args, "global_attention_from_data", False)
     )

@@ -124,6 +124,13 @@ class LongformerRobertaModel(RobertaModel):
             help="comma-separated dictionary symbols that get global attention, e.g. '<s>' "
             "(default: none, as in the paper's pretraining)",
         )
+        parser.add_argument(
+            "--global-attention-from-data",
+            action="store_true",
+            help="each batch marks the tokens that get global attention (a global_attention_mask: "
+            "question, candidates); the tasks whose data marks them, longformer_qa and longformer_wikihop, "
+            "set it",
+        )
         add_max_global_tokens_arg(parser)
 
     @classmethod

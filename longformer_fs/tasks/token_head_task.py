@@ -63,8 +63,11 @@ class TokenHeadTask(FairseqTask):
         return self.jsonl(split, "examples")
 
     def build_model(self, cfg, from_checkpoint=False):
+        # This task's batches mark the global tokens: say so through the model's declared
+        # --global-attention-from-data, which user commands and configs need not repeat.
+        # open_dict: a Hydra or checkpoint config written before the flag lacks the key.
         with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
-            cfg.global_attention_from_data = True  # the batch says which tokens are global
+            cfg.global_attention_from_data = True
         model = super().build_model(cfg, from_checkpoint)
         if not hasattr(model, "register_token_head"):
             raise ValueError(f"model: {type(model).__name__} has no token heads; use --arch longformer_roberta_*")
