@@ -29,7 +29,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .fairseq_dataset import NUM_SPECIALS, SPLITS, UNK, MmapWriter, PrepError, Staging, finished_manifest, guard_out_dir
+from longformer_fs.conventions import NUM_SPECIALS, UNK
+
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, up_to_date
 from .inputs import wrong_kind
 
 ITEM_TOKENS = 1 << 20  # fairseq items of 1M tokens; break_mode=none joins them back
@@ -181,10 +183,8 @@ def prepare(
         "split_sizes": list(sizes),
         "verified": verify,
     }
-    guard_out_dir(out, _outputs() | {zip_path.name, zip_path.name + ".part"}, force)
-    previous = None if force else finished_manifest(out, name, inputs)
+    previous = up_to_date(out, name, inputs, _outputs() | {zip_path.name, zip_path.name + ".part"}, force)
     if previous is not None:
-        print(f"{out}: {name} is already prepared from {zip_path}; nothing to do")
         return previous
 
     data = np.frombuffer(read_corpus(corpus, zip_path, verify), dtype=np.uint8)

@@ -40,19 +40,9 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
-from .fairseq_dataset import (
-    EOS,
-    NUM_SPECIALS,
-    SPECIAL_SYMBOLS,
-    SPLITS,
-    MmapWriter,
-    PrepError,
-    Staging,
-    aligned_table,
-    file_stamp,
-    finished_manifest,
-    guard_out_dir,
-)
+from longformer_fs.conventions import EOS, NUM_SPECIALS, SPECIAL_SYMBOLS
+
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, file_stamp, read_stats, up_to_date
 from .inputs import wrong_kind
 from .splits import assign_splits, split_key
 from .subword import SubwordSpec
@@ -272,10 +262,8 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    guard_out_dir(out, {"input0", "label", "stats.json"}, force)
-    if not force and finished_manifest(out, KIND, inputs) is not None:
-        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
-        return json.loads((out / "stats.json").read_text())
+    if up_to_date(out, KIND, inputs, {"input0", "label", "stats.json"}, force, log) is not None:
+        return read_stats(out)
 
     given = {"input": cfg.input} if cfg.input is not None else {s: cfg.files[s] for s in SPLITS if s in cfg.files}
     read = {name: read_labelled(path, cfg) for name, path in given.items()}

@@ -39,9 +39,10 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from longformer_fs.conventions import EOS
+
 from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
 from .fairseq_dataset import (
-    EOS,
     SPLITS,
     MmapWriter,
     PrepError,
@@ -49,8 +50,8 @@ from .fairseq_dataset import (
     aligned_table,
     batched,
     file_stamp,
-    finished_manifest,
-    guard_out_dir,
+    read_stats,
+    up_to_date,
     worker_pool,
 )
 from .splits import SplitSpool, check_fractions, split_key
@@ -192,10 +193,8 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     out = Path(out)
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
     outputs = {"dict.txt", "stats.json", "papers.jsonl"} | {f"{s}.{e}" for s in SPLITS for e in ("bin", "idx")}
-    guard_out_dir(out, outputs, force)
-    if not force and finished_manifest(out, KIND, inputs) is not None:
-        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
-        return json.loads((out / "stats.json").read_text())
+    if up_to_date(out, KIND, inputs, outputs, force, log) is not None:
+        return read_stats(out)
 
     _init_worker(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs in-process
     encoder = _WORKER["encoder"]

@@ -7,12 +7,13 @@ file never ends a run.
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Union
+
+from longformer_fs.conventions import jsonl_records
 
 from .inputs import wrong_kind
 from .pdf_papers import Paper, PdfError, read_paper
@@ -82,23 +83,6 @@ def read_txt(spec: SourceSpec, path: Path) -> Iterator[Item]:
         yield Skipped(spec.name, str(path), f"unreadable ({err.strerror})")
         return
     yield Document(spec.name, path.stem, text, origin=str(path))
-
-
-def jsonl_records(path: Path) -> Iterator[tuple[str, object, str | None]]:
-    """``(origin "path:line", record, None)`` for each non-blank line of a JSONL file, or
-    ``(origin, None, why)`` for a line that is not UTF-8 or not JSON, so that a reader
-    can skip it and say why without stopping."""
-    with open(path, "rb") as lines:
-        for number, raw in enumerate(lines, 1):
-            origin = f"{path}:{number}"
-            if not raw.strip():
-                continue
-            try:
-                yield origin, json.loads(raw.decode("utf-8")), None
-            except UnicodeDecodeError:
-                yield origin, None, "not UTF-8 text"
-            except json.JSONDecodeError as err:
-                yield origin, None, f"malformed JSON ({err.msg})"
 
 
 def read_jsonl(spec: SourceSpec, path: Path) -> Iterator[Item]:

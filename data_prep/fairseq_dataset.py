@@ -5,10 +5,10 @@ datasets for the splits in :data:`SPLITS`, a ``dict.txt``, and a manifest
 (:data:`MANIFEST`) that records the format, the kind of preparation, the inputs it was
 made from and what came out. This module holds what they share:
 
-- fairseq's special symbols and their ids (:data:`BOS` ... :data:`NUM_SPECIALS`);
 - :class:`PrepError`, the one exception for a problem with the user's input;
-- :func:`guard_out_dir`, which keeps a command from mixing its files with someone else's;
-- :func:`finished_manifest`, which makes a rerun with the same inputs a no-op;
+- :func:`up_to_date`, every preparation's first step: :func:`guard_out_dir`, which keeps
+  a command from mixing its files with someone else's, then :func:`finished_manifest`,
+  which makes a rerun with the same inputs a no-op;
 - :class:`Staging`: files are written under ``OUT/.partial`` and moved in together, the
   manifest last, so an interrupted run never looks finished; a run that fails removes
   what it staged;
@@ -41,12 +41,6 @@ MANIFEST = "prep.json"
 # 2: one manifest layout for every preparation: {"format", "kind", "inputs", **outputs}.
 FORMAT_VERSION = 2
 STAGING = ".partial"
-
-# fairseq's Dictionary() starts with these four symbols, in this order; every dictionary
-# of RoBERTa, BART and our byte-level corpora keeps them (a test compares with fairseq).
-BOS, PAD, EOS, UNK = 0, 1, 2, 3
-SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
-NUM_SPECIALS = len(SPECIAL_SYMBOLS)
 
 
 class PrepError(ValueError):
@@ -99,6 +93,30 @@ def finished_manifest(out: Path, kind: str, inputs: dict) -> dict | None:
         manifest.get("format") == FORMAT_VERSION and manifest.get("kind") == kind and manifest.get("inputs") == inputs
     )
     return manifest if same else None
+
+
+def up_to_date(out: Path, kind: str, inputs: dict, ours: Iterable[str], force: bool, log=print) -> dict | None:
+    """Every preparation's first step: guard ``out``, then find a finished run to keep.
+
+    Args:
+        out, ours, force: as :func:`guard_out_dir`; ``force`` also redoes a finished run.
+        kind, inputs: as :func:`finished_manifest`.
+        log: where to say that there is nothing to do.
+
+    Returns:
+        The manifest of a finished ``kind`` run made from exactly ``inputs`` (said through
+        ``log``), or None: the preparation has work to do.
+    """
+    guard_out_dir(out, ours, force)
+    manifest = None if force else finished_manifest(out, kind, inputs)
+    if manifest is not None:
+        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
+    return manifest
+
+
+def read_stats(out: Path) -> dict:
+    """The ``stats.json`` a finished preparation left in ``out`` (what it returned then)."""
+    return json.loads((Path(out) / "stats.json").read_text())
 
 
 def file_stamp(path: Path) -> list:

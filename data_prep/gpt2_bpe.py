@@ -1,25 +1,18 @@
-"""GPT-2 byte-level BPE, as RoBERTa uses it, with ids mapped to a fairseq ``dict.txt``.
+"""GPT-2 byte-level BPE, as RoBERTa uses it.
 
-Encoding is HF ``tokenizers`` (Rust). RoBERTa's ``dict.txt`` lists GPT-2 ids (as
-strings) in model order after fairseq's four specials, so a lookup table turns GPT-2
-ids into model ids; GPT-2 ids missing from the dictionary become ``<unk>``.
+Encoding is HF ``tokenizers`` (Rust). The map from GPT-2 ids to the model's, through
+RoBERTa's ``dict.txt``, is shared with the plugin: :func:`longformer_fs.conventions.dictionary_lookup`.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from .fairseq_dataset import NUM_SPECIALS, UNK
-
-
-class BpeError(ValueError):
-    """The BPE files or the dictionary are unusable."""
+from longformer_fs.conventions import BpeError
 
 
 def load_tokenizer(encoder_json: Path, vocab_bpe: Path):
@@ -36,39 +29,6 @@ def load_tokenizer(encoder_json: Path, vocab_bpe: Path):
     # Offsets without the space a piece starts with: spans found in the text map to tokens exactly.
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=True)
     return tokenizer
-
-
-def dictionary_lookup(dict_txt: Path, gpt2_vocab_size: int) -> np.ndarray:
-    """``lut[gpt2_id] = fairseq id`` (``<unk>`` where the dictionary lacks the id).
-
-    Symbols that are not GPT-2 ids may follow the ids (RoBERTa's ``madeupword`` padding,
-    symbols added for a task such as WikiHop's ``[q]``); one before them means the file
-    is not a GPT-2 BPE dictionary.
-    """
-    if not Path(dict_txt).is_file():
-        raise BpeError(f"{dict_txt}: not found (the model's fairseq dict.txt)")
-    lut = np.full(gpt2_vocab_size, UNK, dtype=np.int64)
-    added = None  # the first symbol that is not a GPT-2 id
-    for index, line in enumerate(Path(dict_txt).read_text(encoding="utf-8").splitlines()):
-        symbol = line.rsplit(" ", 1)[0]
-        if symbol.isdigit():
-            if added is not None:
-                raise BpeError(f"{dict_txt}:{index + 1}: GPT-2 id {symbol} after the added symbol {added!r}")
-            if int(symbol) < gpt2_vocab_size:
-                lut[int(symbol)] = NUM_SPECIALS + index
-        elif index == 0:
-            raise BpeError(f"{dict_txt}:1: {symbol!r} is not a GPT-2 id; is this RoBERTa's dict.txt?")
-        else:
-            added = added or symbol
-    return lut
-
-
-def vocab_size(encoder_json: Path) -> int:
-    return max(json.loads(Path(encoder_json).read_text(encoding="utf-8")).values()) + 1
-
-
-def dictionary_size(dict_txt: Path) -> int:
-    return NUM_SPECIALS + sum(1 for _ in Path(dict_txt).open(encoding="utf-8"))
 
 
 def train_bpe(texts: Sequence[str], directory: Path, size: int):

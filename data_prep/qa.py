@@ -48,19 +48,15 @@ examples: the windows carry no "no answer" target. A split left without an examp
 empty file, or a train split where no answer was found) is an error.
 
 Answers are compared as each dataset's official script compares them
-(:data:`NORMALIZATIONS`); the manifest records the input format, so evaluation picks the
-convention itself (:func:`prepared_format`). The conventions live here rather than in
-``longformer_fs.evaluation.qa_metrics`` because TriviaQA's distant supervision must
-match exactly what its metric calls equal, and ``data_prep`` does not import the plugin;
-the metric imports them from here.
+(:data:`longformer_fs.conventions.NORMALIZATIONS`); the manifest records the input format,
+so evaluation picks the convention itself (:func:`prepared_format`). The conventions live
+in :mod:`longformer_fs.conventions`, shared with the metric, because TriviaQA's distant
+supervision must match exactly what its metric calls equal.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
-import string
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -69,9 +65,9 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from longformer_fs.conventions import BOS, EOS, TRIVIAQA
+
 from .fairseq_dataset import (
-    BOS,
-    EOS,
     MANIFEST,
     SPLITS,
     MmapWriter,
@@ -80,9 +76,9 @@ from .fairseq_dataset import (
     aligned_table,
     batched,
     file_stamp,
-    finished_manifest,
-    guard_out_dir,
     read_manifest,
+    read_stats,
+    up_to_date,
 )
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
@@ -94,69 +90,6 @@ ITEM_FILES = ("tokens", "starts", "ends", "offsets")
 BATCH_EXAMPLES = 16  # examples per tokenizer call (the Rust tokenizer parallelises within a call)
 
 # ---------------------------------------------------------------- answer normalisation
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-@dataclass(frozen=True)
-class AnswerNormalization:
-    """How an official QA script makes answers comparable.
-
-    Both scripts lower-case, remove the articles a/an/the (as whole words, after the
-    punctuation step) and collapse white space; they differ on punctuation.
-
-    Attributes:
-        name: the convention's name (the dataset whose script defines it).
-        description: how it treats punctuation, for reports.
-        word: a word before article removal: a maximal run of characters that are
-            neither white space nor a separator.
-        deleted: ``str.translate`` table of the characters deleted inside words.
-        empty_f1: the F1 when prediction and answer both normalise to nothing (SQuAD
-            2.0's script: 1, a correct "no answer"; TriviaQA's: 0, nothing in common).
-    """
-
-    name: str
-    description: str
-    word: re.Pattern
-    deleted: dict
-    empty_f1: float
-
-    def words(self, text: str) -> list[tuple[str, int, int]]:
-        """The normalised words of ``text``, each with ``[start, end)``: the characters of
-        ``text`` it came from (an article removed from inside a run leaves its neighbours
-        with the whole run's span)."""
-        lowered = text.lower()  # the whole text at once, as the scripts do: a final "Σ" depends on what follows
-        where = range(len(text) + 1)
-        if len(lowered) != len(text):  # a character lowered to two ("İ"): map positions
-            where = list(itertools.accumulate((len(c.lower()) for c in text), initial=0))
-        words = []
-        for match in self.word.finditer(text):
-            run = lowered[where[match.start()] : where[match.end()]]
-            for word in _ARTICLES.sub(" ", run.translate(self.deleted)).split():
-                words.append((word, match.start(), match.end()))
-        return words
-
-    def normalize(self, text: str) -> str:
-        """The answer as the official script compares it."""
-        return " ".join(word for word, _, _ in self.words(text))
-
-
-# triviaqa_evaluation.py: "_" to " ", lower, string.punctuation and ‘ ’ ´ ` to spaces, articles, white space.
-_TRIVIAQA_SEPARATORS = string.punctuation + "\u2018\u2019\u00b4"
-TRIVIAQA = AnswerNormalization(
-    "triviaqa",
-    "punctuation and underscores become spaces",
-    re.compile(f"[^\\s{re.escape(_TRIVIAQA_SEPARATORS)}]+"),
-    {},
-    0.0,
-)
-# SQuAD's evaluate-v2.0.py (v1.1's is the same but for empty answers): lower, string.punctuation
-# deleted, articles, white space.
-SQUAD = AnswerNormalization(
-    "squad", "punctuation is deleted", re.compile(r"\S+"), str.maketrans("", "", string.punctuation), 1.0
-)
-# The convention of each dataset's official evaluation. HotpotQA's script normalises as SQuAD's.
-NORMALIZATIONS = {"triviaqa": TRIVIAQA, "squad": SQUAD, "hotpotqa": SQUAD}
 
 
 def normalized_words(text: str) -> list[tuple[str, int, int]]:
@@ -646,10 +579,8 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
         f"{s}.{name}" for s in SPLITS for name in [f"{f}.{e}" for f in ITEM_FILES for e in ("bin", "idx")]
     }
     outputs |= {f"{s}.{name}.jsonl" for s in SPLITS for name in ("windows", "examples")}
-    guard_out_dir(out, outputs, force)
-    if not force and finished_manifest(out, KIND, inputs) is not None:
-        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
-        return json.loads((out / "stats.json").read_text())
+    if up_to_date(out, KIND, inputs, outputs, force, log) is not None:
+        return read_stats(out)
 
     with Staging(out) as staging:
         splits = {split: asdict(st) for split, st in _write_examples(cfg, encoder, staging.dir).items()}

@@ -24,8 +24,10 @@ from typing import Sequence
 import numpy as np
 import sentencepiece
 
-from .fairseq_dataset import NUM_SPECIALS, UNK, PrepError
-from .gpt2_bpe import BpeError, dictionary_lookup, dictionary_size, load_tokenizer, vocab_size
+from longformer_fs.conventions import NUM_SPECIALS, UNK, BpeError, dictionary_lookup, dictionary_size, vocab_size
+
+from .fairseq_dataset import PrepError
+from .gpt2_bpe import load_tokenizer
 
 KINDS = ("gpt2", "spm")
 

@@ -23,7 +23,7 @@ Inputs (:data:`LAYOUTS`), one JSON object per line:
   sentences, joined by spaces) -> ``abstract_text`` (sentences, each in ``<S> ... </S>``,
   the tags stripped); id: ``article_id``. ``section_names``/``sections`` are not used;
 - ``jsonl``: named fields; a field is a string or a list of strings (sentences). A string
-  summary is split into sentences at newlines, or else by :func:`data_prep.sentences.split_sentences`.
+  summary is split into sentences at newlines, or else by :func:`longformer_fs.conventions.split_sentences`.
 
 Splits come from files (``--train/--valid/--test``), or from one input that
 :func:`~.splits.assign_splits` cuts by a hash of the source text: valid and test get their
@@ -49,10 +49,9 @@ from typing import Iterator, Union
 import numpy as np
 from tqdm import tqdm
 
-from .doc_sources import jsonl_records
+from longformer_fs.conventions import BOS, EOS, jsonl_records, split_sentences
+
 from .fairseq_dataset import (
-    BOS,
-    EOS,
     SPLITS,
     MmapWriter,
     PrepError,
@@ -60,12 +59,11 @@ from .fairseq_dataset import (
     aligned_table,
     batched,
     file_stamp,
-    finished_manifest,
-    guard_out_dir,
+    read_stats,
+    up_to_date,
     worker_pool,
 )
 from .inputs import wrong_kind
-from .sentences import split_sentences
 from .splits import SplitSpool, check_fractions, split_key
 from .subword import SubwordSpec
 
@@ -405,10 +403,8 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
     every_output = {"dict.source.txt", "dict.target.txt", "stats.json"}
     every_output |= {name for split in SPLITS for name in output_names(split)}
-    guard_out_dir(out, every_output, force)
-    if not force and finished_manifest(out, KIND, inputs) is not None:
-        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
-        return json.loads((out / "stats.json").read_text())
+    if up_to_date(out, KIND, inputs, every_output, force, log) is not None:
+        return read_stats(out)
 
     if cfg.input is None:
         splits = tuple(s for s in SPLITS if s in cfg.files)

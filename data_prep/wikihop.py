@@ -43,10 +43,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_SYMBOLS
+
 from .fairseq_dataset import (
-    BOS,
-    EOS,
-    NUM_SPECIALS,
     SPLITS,
     MmapWriter,
     PrepError,
@@ -54,15 +53,14 @@ from .fairseq_dataset import (
     aligned_table,
     batched,
     file_stamp,
-    finished_manifest,
-    guard_out_dir,
+    read_stats,
+    up_to_date,
 )
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
 from .subword import SubwordSpec
 
 KIND = "wikihop"
-WIKIHOP_SYMBOLS = ("[q]", "[/q]", "[ent]", "[/ent]")
 BATCH_EXAMPLES = 16  # examples per tokenizer call
 
 
@@ -254,10 +252,8 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
     names = [f"{f}.{e}" for f in ("prefix", "context", "label") for e in ("bin", "idx")] + ["examples.jsonl"]
     outputs = {"dict.txt", "stats.json"} | {f"{s}.{n}" for s in SPLITS for n in names}
-    guard_out_dir(out, outputs, force)
-    if not force and finished_manifest(out, KIND, inputs) is not None:
-        log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
-        return json.loads((out / "stats.json").read_text())
+    if up_to_date(out, KIND, inputs, outputs, force, log) is not None:
+        return read_stats(out)
 
     data = read_splits(cfg)
     stats = {}

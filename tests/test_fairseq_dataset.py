@@ -8,13 +8,7 @@ import torch
 from fairseq.data import Dictionary
 
 from data_prep.fairseq_dataset import (
-    BOS,
-    EOS,
     MANIFEST,
-    NUM_SPECIALS,
-    PAD,
-    SPECIAL_SYMBOLS,
-    UNK,
     MmapWriter,
     PrepError,
     Staging,
@@ -24,6 +18,7 @@ from data_prep.fairseq_dataset import (
     finished_manifest,
     guard_out_dir,
 )
+from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, PAD, SPECIAL_SYMBOLS, UNK
 
 
 def test_special_ids_are_fairseqs():

@@ -77,6 +77,8 @@ def test_the_graph_sees_imports(edges):
     assert "longformer_fs.models" in edges["longformer_fs.conversion"]
     assert "longformer_fs.attention" in edges["longformer_fs.models"]
     assert "fairseq" in edges["longformer_fs.models"]
+    assert "data_prep" in edges["longformer_fs.commands"]
+    assert "longformer_fs.conventions" in edges["data_prep"]
 
 
 def test_models_never_import_conversion(edges):
@@ -104,8 +106,27 @@ def test_only_the_command_line_reaches_commands_and_benchmarks(edges):
             assert not targets & front, source
 
 
-def test_data_prep_does_not_import_the_plugin(edges):
-    assert not {t for t in edges.get("data_prep", set()) if t.startswith("longformer_fs")}
+# The rule of docs/design.md's "Layout": data_prep/ and the plugin's library share only
+# the conventions module; the command line is the one place that uses both.
+CONVENTIONS = "longformer_fs.conventions"
+COMMAND_LINE = {"longformer_fs.commands", "longformer_fs.benchmarks", "longformer_fs.cli"}
+
+
+def test_data_prep_uses_nothing_of_the_plugin_but_the_conventions(edges):
+    assert {t for t in edges.get("data_prep", set()) if t.startswith("longformer_fs")} <= {CONVENTIONS}
+
+
+def test_only_the_command_line_imports_data_prep(edges):
+    library = {source for source in edges if source.startswith("longformer_fs")} - COMMAND_LINE
+    assert library, "no plugin unit found"
+    offenders = sorted(source for source in library if "data_prep" in edges[source])
+    assert not offenders, f"{offenders} import data_prep/; move what both need to {CONVENTIONS}"
+
+
+def test_the_conventions_import_nothing_of_the_repository(edges):
+    """The bottom of both sides: importing it must not pull in either (nor torch or fairseq,
+    which the spawn workers of ``prep docs`` would pay for at start)."""
+    assert not edges.get(CONVENTIONS, set())
 
 
 def test_kernels_know_torch_only_in_the_binding():

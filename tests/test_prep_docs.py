@@ -14,11 +14,11 @@ from conftest import cli
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
-from data_prep.fairseq_dataset import NUM_SPECIALS
 from data_prep.gpt2_bpe import train_bpe
 from data_prep.pdf_papers import read_paper
 from data_prep.subword import SubwordSpec
 from data_prep.wikitext import iter_wiki_pages, strip_markup
+from longformer_fs.conventions import NUM_SPECIALS
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "longformer-fs"

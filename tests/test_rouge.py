@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from data_prep.sentences import split_sentences
 from longformer_fs.cli import main as cli
+from longformer_fs.conventions import split_sentences
 from longformer_fs.evaluation.rouge import rouge_scores
 
 

@@ -35,6 +35,7 @@ from longformer_fs.attention.backends.flex import band_block_mask
 from longformer_fs.attention.band import band_mask
 from longformer_fs.attention.spec import BandSpec
 
+from . import int_list
 from .measure import median_time, peak_memory_bytes
 
 PEERS = {
@@ -74,13 +75,6 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     impls = available_backends() + list(PEERS)
     parser.add_argument(
@@ -92,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parts", default="scaling,variants", help="which parts to run: scaling, variants")
     parser.add_argument(
         "--seq-lens",
-        type=_int_list,
+        type=int_list,
         default=[1024, 2048, 4096, 8192, 16384, 32768, 65536],
         help="sequence lengths of the scaling part",
     )
@@ -100,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=256, help="one-sided window w")
     parser.add_argument("--dilation", type=int, default=1, help="dilation of the scaling part")
     parser.add_argument("--causal", action="store_true", help="causal band in the scaling part")
-    parser.add_argument("--variant-dilations", type=_int_list, default=[2, 3], help="dilations of the variants part")
+    parser.add_argument("--variant-dilations", type=int_list, default=[2, 3], help="dilations of the variants part")
     parser.add_argument("--heads", type=int, default=8, help="heads H")
     parser.add_argument("--head-dim", type=int, default=64, help="head dimension D")
     parser.add_argument("--batch", type=int, default=1, help="batch size B")
@@ -108,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
         "--threads",
-        type=_int_list,
+        type=int_list,
         default=sorted({1, torch.get_num_threads()}),
         help="CPU thread counts of the variants part; the scaling part uses the largest",
     )

@@ -20,7 +20,7 @@ import torch
 from fairseq.data import Dictionary
 from tqdm import tqdm
 
-from data_prep.fairseq_dataset import BOS, EOS, PAD
+from longformer_fs.conventions import BOS, EOS, PAD
 
 from ..conversion.hf import export_longformer
 from ..models.longformer_roberta import LongformerRobertaModel

@@ -20,21 +20,18 @@ from fairseq.data import Dictionary
 from fairseq.models.bart.model import BARTModel, bart_base_architecture
 from tqdm import tqdm
 
-from data_prep.fairseq_dataset import BOS, EOS
+from longformer_fs.conventions import BOS, EOS
 
 from ..models.led import LEDModel, led_base_architecture
+from . import int_list
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 50265  # BART's dictionary
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--source-lens", type=_int_list, default=[1024, 4096, 8192, 16384], help="source tokens per document"
+        "--source-lens", type=int_list, default=[1024, 4096, 8192, 16384], help="source tokens per document"
     )
     parser.add_argument("--target-len", type=int, default=512, help="summary tokens")
     parser.add_argument("--window", type=int, default=512, help="LED's one-sided window")

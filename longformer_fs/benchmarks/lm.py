@@ -19,18 +19,15 @@ from fairseq.data import Dictionary
 from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
 from tqdm import tqdm
 
-from data_prep.fairseq_dataset import PAD
+from longformer_fs.conventions import PAD
 from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
 from longformer_fs.modules.per_layer import dilation_pattern, layer_values
 from longformer_fs.recipes import phase_settings
 
+from . import int_list as _int_list
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 205  # enwik8's byte vocabulary plus fairseq's specials
-
-
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

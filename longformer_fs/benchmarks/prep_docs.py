@@ -21,14 +21,12 @@ from data_prep.doc_sources import SourceSpec
 from data_prep.gpt2_bpe import train_bpe
 from data_prep.subword import SubwordSpec
 
-
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+from . import int_list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mb", type=float, default=200, help="size of the generated corpus in MB of text")
-    parser.add_argument("--workers", type=_int_list, default=[1, 2], help="worker counts to compare, e.g. 1,2")
+    parser.add_argument("--workers", type=int_list, default=[1, 2], help="worker counts to compare, e.g. 1,2")
     parser.add_argument("--bpe-vocab", type=int, default=8000, help="size of the BPE trained for the run")
     parser.add_argument("--out", type=Path, default=Path("bench_out/prep_docs"), help="work and results directory")
 

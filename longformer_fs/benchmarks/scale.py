@@ -27,11 +27,9 @@ from tqdm import tqdm
 from data_prep.char_corpus import write_dataset
 from longformer_fs.recipes import phase_settings
 
+from . import int_list as _int_list
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

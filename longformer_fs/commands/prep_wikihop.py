@@ -6,7 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from data_prep.wikihop import WIKIHOP_SYMBOLS, WikihopConfig, prepare_wikihop, stats_table
+from data_prep.wikihop import WikihopConfig, prepare_wikihop, stats_table
+from longformer_fs.conventions import WIKIHOP_SYMBOLS
 
 from .subword_options import add_subword_arguments, subword_spec
 

@@ -33,9 +33,7 @@ from transformers import (
     RobertaTokenizer,
 )
 
-from data_prep.fairseq_dataset import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
-from data_prep.gpt2_bpe import dictionary_lookup, dictionary_size, vocab_size
-
+from ..conventions import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK, dictionary_lookup, dictionary_size, vocab_size
 from ..models import longformer_roberta as layout
 from ..models.checkpoints import model_config, model_name
 from ..modules.per_layer import layer_values
@@ -168,7 +166,7 @@ def hf_config(args, state: dict, windows: list[int], **settings):
 def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
     """Save an HF tokenizer for the model's ids: from an HF tokenizer directory as is, or
     from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through fairseq's ``dict.txt``
-    (the same mapping as ``prep docs``: :func:`data_prep.gpt2_bpe.dictionary_lookup`)."""
+    (the same mapping as ``prep docs``: :func:`longformer_fs.conventions.dictionary_lookup`)."""
     if (source / "encoder.json").is_file() and (source / "vocab.bpe").is_file():
         gpt2 = {int(i): tok for tok, i in json.loads((source / "encoder.json").read_text()).items()}
         model_id = dictionary_lookup(dict_path, vocab_size(source / "encoder.json"))

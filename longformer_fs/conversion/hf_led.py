@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import LEDConfig, LEDForConditionalGeneration
 
-from data_prep.fairseq_dataset import BOS, EOS, PAD
-
+from ..conventions import BOS, EOS, PAD
 from ..models import led as layout
 from ..models.checkpoints import config_get, reserved_position_rows
 from ..modules.per_layer import layer_values

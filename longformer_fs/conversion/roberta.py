@@ -19,8 +19,7 @@ from pathlib import Path
 
 import torch
 
-from data_prep.fairseq_dataset import NUM_SPECIALS
-
+from ..conventions import NUM_SPECIALS
 from ..models import longformer_roberta as layout
 from ..models.checkpoints import add_global_projections, config_set, reserved_position_rows, save_start_checkpoint
 from ..modules.per_layer import layer_values

@@ -1,13 +1,13 @@
 """Exact match and token F1 of extractive QA, each dataset by its official script's convention.
 
-Answers are compared after normalisation (:class:`~data_prep.qa.AnswerNormalization`):
+Answers are compared after normalisation (:class:`~longformer_fs.conventions.AnswerNormalization`):
 lower case, the articles a/an/the removed, white space collapsed, and punctuation
 treated as the dataset's script treats it. SQuAD's (and HotpotQA's) deletes it, so
 "1,000 km" equals "1000 km" and "U.S.A." equals "USA"; TriviaQA's turns it, and
 underscores, into spaces, so "Los_Angeles" equals "Los Angeles" but "1,000" is "1 000".
-:data:`~data_prep.qa.NORMALIZATIONS` maps a dataset to its convention; the conventions
-are defined in :mod:`data_prep.qa`, whose TriviaQA distant supervision must call equal
-exactly what the metric does.
+:data:`~longformer_fs.conventions.NORMALIZATIONS` maps a dataset to its convention; the
+conventions are shared with ``prep qa`` (:mod:`longformer_fs.conventions`), whose TriviaQA
+distant supervision must call equal exactly what the metric does.
 
 A prediction is scored against every gold alias and keeps the best. An example with no
 alias (an unanswerable SQuAD 2.0 question) has the empty answer as its one alias.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, Mapping, Sequence
 
-from data_prep.qa import NORMALIZATIONS, SQUAD, TRIVIAQA, AnswerNormalization
+from ..conventions import NORMALIZATIONS, SQUAD, TRIVIAQA, AnswerNormalization
 
 __all__ = ["NORMALIZATIONS", "SQUAD", "TRIVIAQA", "AnswerNormalization", "exact_match", "f1_score", "qa_scores"]
 

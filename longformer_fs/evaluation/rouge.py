@@ -16,17 +16,16 @@ Summaries are read from (:func:`read_summaries`):
   sentences separated by newlines (as ``prep summarization`` writes references) or a
   list of sentences; blank lines are ignored;
 - any other file: plain text, one summary per line (an empty line is an empty summary),
-  split into sentences by :func:`data_prep.sentences.split_sentences`.
+  split into sentences by :func:`longformer_fs.conventions.split_sentences`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from data_prep.sentences import split_sentences
+from ..conventions import jsonl_records, split_sentences
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeLsum": "ROUGE-Lsum"}
@@ -100,20 +99,15 @@ def read_summaries(path: Path, field: str, field_option: str = "field") -> list[
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found")
-    lines = path.read_text(encoding="utf-8").splitlines()
     if path.suffix != ".jsonl":
+        lines = path.read_text(encoding="utf-8").splitlines()
         return [
             Summary("\n".join(split_sentences(line)), None, f"{path}:{number}") for number, line in enumerate(lines, 1)
         ]
     summaries = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        origin = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{origin}: malformed JSON ({err.msg})") from None
+    for origin, record, problem in jsonl_records(path):
+        if problem:
+            raise ValueError(f"{origin}: {problem}")
         value = record.get(field) if isinstance(record, dict) else None
         if isinstance(value, list) and all(isinstance(s, str) for s in value):
             value = "\n".join(value)

@@ -2,29 +2,24 @@
 
 :func:`load_summarizer` loads the model with a ``translation`` task over its dictionary;
 :func:`generate` runs fairseq's ``SequenceGenerator`` (incremental decoding, beam search,
-length penalty, n-gram blocking) over batches of sources; :func:`read_documents` reads
-the files people bring (text, JSONL, PDF papers). Sources are ``<s> tokens </s>``, as
+length penalty, n-gram blocking) over batches of sources (``longformer-fs summarize``
+reads them from the files people bring). Sources are ``<s> tokens </s>``, as
 ``prep summarization`` writes them and LED's global token expects, cut to the model's
 source positions.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import torch
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
 
-from data_prep.fairseq_dataset import BOS, EOS, PAD, PrepError
-from data_prep.pdf_papers import PdfError, read_paper
-from data_prep.sentences import split_sentences
-from data_prep.subword import SubwordEncoder
-
+from ..conventions import BOS, EOS, PAD, split_sentences
 from ..models.checkpoints import config_get
 from .checkpoint import load_model
 
@@ -54,12 +49,6 @@ class GenerationSettings:
                 f"generation: need beam >= 1, 0 <= min_len <= max_len, max_len >= 1, "
                 f"no_repeat_ngram_size >= 0; got {self}"
             )
-
-
-@dataclass
-class Document:
-    id: str
-    text: str
 
 
 def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> Path:
@@ -140,40 +129,10 @@ def generate(
     return [results[i] for i in range(len(sources))]
 
 
-def to_text(ids: list[int], encoder: SubwordEncoder) -> str:
-    """A summary's text, one sentence per line (ROUGE-Lsum's convention)."""
+def to_text(ids: list[int], encoder) -> str:
+    """A summary's text, one sentence per line (ROUGE-Lsum's convention).
+
+    ``encoder`` turns model ids back into text: ``encoder.decode(ids) -> str``, as
+    ``data_prep.subword``'s encoders do.
+    """
     return "\n".join(split_sentences(encoder.decode(ids).strip()))
-
-
-def read_documents(paths: Iterable[Path], text_field: str = "text") -> Iterator[Document]:
-    """Documents from ``.txt`` files (one each), ``.jsonl`` lines (``text_field``; an ``id``
-    field names them) and ``.pdf`` papers (their body, without the abstract)."""
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise FileNotFoundError(f"input: {path} does not exist")
-        suffix = path.suffix.lower()
-        if suffix == ".pdf":
-            try:
-                paper = read_paper(path)
-            except PdfError as err:
-                raise PrepError(f"input: {path}: {err}") from None
-            yield Document(str(path), paper.body or paper.abstract or "")
-        elif suffix == ".jsonl":
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise PrepError(f"input: {path}:{number}: malformed JSON ({err.msg})") from None
-                text = record.get(text_field) if isinstance(record, dict) else None
-                if isinstance(text, list):
-                    text = " ".join(map(str, text))
-                if not isinstance(text, str):
-                    raise PrepError(f"input: {path}:{number}: no string field {text_field!r} (see --text-field)")
-                yield Document(str(record.get("id", f"{path}:{number}")), text)
-        else:
-            try:
-                yield Document(str(path), path.read_text(encoding="utf-8"))
-            except UnicodeDecodeError as err:
-                raise PrepError(f"input: {path} is not UTF-8 text (byte {err.start})") from None

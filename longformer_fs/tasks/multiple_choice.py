@@ -19,8 +19,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from data_prep.wikihop import WIKIHOP_SYMBOLS
-
+from ..conventions import WIKIHOP_SYMBOLS
 from .token_head_task import TokenHeadTask
 
 CANDIDATE_HEAD = "candidate"

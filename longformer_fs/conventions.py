@@ -1,0 +1,234 @@
+"""What prepared data and the models agree on.
+
+``data_prep/`` writes datasets and the plugin reads them, trains on them and scores what
+comes out; neither imports the other (``docs/design.md``, "Layout"). What both must
+agree on lives here, and only that: a change here changes both sides at once.
+
+- fairseq's special symbols and their ids (:data:`BOS` ... :data:`NUM_SPECIALS`);
+- how GPT-2 BPE ids become model ids through RoBERTa's ``dict.txt``
+  (:func:`dictionary_lookup`);
+- the marker symbols a task adds to the dictionary (:data:`WIKIHOP_SYMBOLS`);
+- each QA dataset's answer normalisation (:data:`NORMALIZATIONS`): TriviaQA's distant
+  supervision (``prep qa``) must call equal exactly what its metric does;
+- the sentence splitter (:func:`split_sentences`): references are prepared, and
+  hypotheses scored, one sentence per line for ROUGE-Lsum, split by the same rules;
+- :func:`jsonl_records`: the JSONL files both read, and how a bad line is named.
+
+This module imports no more than the standard library and numpy: the spawn workers of
+``prep docs`` import it, and each would otherwise pay for torch or fairseq at start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+# ---------------------------------------------------------------- fairseq's special symbols
+
+# fairseq's Dictionary() starts with these four symbols, in this order; every dictionary
+# of RoBERTa, BART and our byte-level corpora keeps them (a test compares with fairseq).
+BOS, PAD, EOS, UNK = 0, 1, 2, 3
+SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
+NUM_SPECIALS = len(SPECIAL_SYMBOLS)
+
+# ---------------------------------------------------------------- GPT-2 BPE ids as model ids
+# RoBERTa's ``dict.txt`` lists GPT-2 ids (as strings) in model order after fairseq's four
+# specials, so a lookup table turns GPT-2 ids into model ids; GPT-2 ids missing from the
+# dictionary become ``<unk>``. ``prep`` maps text this way and ``export-hf`` writes the
+# same map into the HF tokenizer.
+
+
+class BpeError(ValueError):
+    """The BPE files or the dictionary are unusable."""
+
+
+def dictionary_lookup(dict_txt: Path, gpt2_vocab_size: int) -> np.ndarray:
+    """``lut[gpt2_id] = fairseq id`` (``<unk>`` where the dictionary lacks the id).
+
+    Symbols that are not GPT-2 ids may follow the ids (RoBERTa's ``madeupword`` padding,
+    symbols added for a task such as WikiHop's ``[q]``); one before them means the file
+    is not a GPT-2 BPE dictionary.
+    """
+    if not Path(dict_txt).is_file():
+        raise BpeError(f"{dict_txt}: not found (the model's fairseq dict.txt)")
+    lut = np.full(gpt2_vocab_size, UNK, dtype=np.int64)
+    added = None  # the first symbol that is not a GPT-2 id
+    for index, line in enumerate(Path(dict_txt).read_text(encoding="utf-8").splitlines()):
+        symbol = line.rsplit(" ", 1)[0]
+        if symbol.isdigit():
+            if added is not None:
+                raise BpeError(f"{dict_txt}:{index + 1}: GPT-2 id {symbol} after the added symbol {added!r}")
+            if int(symbol) < gpt2_vocab_size:
+                lut[int(symbol)] = NUM_SPECIALS + index
+        elif index == 0:
+            raise BpeError(f"{dict_txt}:1: {symbol!r} is not a GPT-2 id; is this RoBERTa's dict.txt?")
+        else:
+            added = added or symbol
+    return lut
+
+
+def vocab_size(encoder_json: Path) -> int:
+    """GPT-2 ids in ``encoder.json``: its largest id + 1."""
+    return max(json.loads(Path(encoder_json).read_text(encoding="utf-8")).values()) + 1
+
+
+def dictionary_size(dict_txt: Path) -> int:
+    """Rows a model's embedding needs for ``dict_txt``: fairseq's specials + its lines."""
+    return NUM_SPECIALS + sum(1 for _ in Path(dict_txt).open(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- task symbols
+
+# WikiHop's markers, appended to the model's dictionary by ``prep wikihop`` and required
+# by the ``longformer_wikihop`` task: ``<s> [q] question [/q] [ent] c1 [/ent] ...``.
+WIKIHOP_SYMBOLS = ("[q]", "[/q]", "[ent]", "[/ent]")
+
+# ---------------------------------------------------------------- answer normalisation
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+@dataclass(frozen=True)
+class AnswerNormalization:
+    """How an official QA script makes answers comparable.
+
+    Both scripts lower-case, remove the articles a/an/the (as whole words, after the
+    punctuation step) and collapse white space; they differ on punctuation.
+
+    Attributes:
+        name: the convention's name (the dataset whose script defines it).
+        description: how it treats punctuation, for reports.
+        word: a word before article removal: a maximal run of characters that are
+            neither white space nor a separator.
+        deleted: ``str.translate`` table of the characters deleted inside words.
+        empty_f1: the F1 when prediction and answer both normalise to nothing (SQuAD
+            2.0's script: 1, a correct "no answer"; TriviaQA's: 0, nothing in common).
+    """
+
+    name: str
+    description: str
+    word: re.Pattern
+    deleted: dict
+    empty_f1: float
+
+    def words(self, text: str) -> list[tuple[str, int, int]]:
+        """The normalised words of ``text``, each with ``[start, end)``: the characters of
+        ``text`` it came from (an article removed from inside a run leaves its neighbours
+        with the whole run's span)."""
+        lowered = text.lower()  # the whole text at once, as the scripts do: a final "Σ" depends on what follows
+        where = range(len(text) + 1)
+        if len(lowered) != len(text):  # a character lowered to two ("İ"): map positions
+            where = list(itertools.accumulate((len(c.lower()) for c in text), initial=0))
+        words = []
+        for match in self.word.finditer(text):
+            run = lowered[where[match.start()] : where[match.end()]]
+            for word in _ARTICLES.sub(" ", run.translate(self.deleted)).split():
+                words.append((word, match.start(), match.end()))
+        return words
+
+    def normalize(self, text: str) -> str:
+        """The answer as the official script compares it."""
+        return " ".join(word for word, _, _ in self.words(text))
+
+
+# triviaqa_evaluation.py: "_" to " ", lower, string.punctuation and ‘ ’ ´ ` to spaces, articles, white space.
+_TRIVIAQA_SEPARATORS = string.punctuation + "\u2018\u2019\u00b4"
+TRIVIAQA = AnswerNormalization(
+    "triviaqa",
+    "punctuation and underscores become spaces",
+    re.compile(f"[^\\s{re.escape(_TRIVIAQA_SEPARATORS)}]+"),
+    {},
+    0.0,
+)
+# SQuAD's evaluate-v2.0.py (v1.1's is the same but for empty answers): lower, string.punctuation
+# deleted, articles, white space.
+SQUAD = AnswerNormalization(
+    "squad", "punctuation is deleted", re.compile(r"\S+"), str.maketrans("", "", string.punctuation), 1.0
+)
+# The convention of each dataset's official evaluation. HotpotQA's script normalises as SQuAD's.
+NORMALIZATIONS = {"triviaqa": TRIVIAQA, "squad": SQUAD, "hotpotqa": SQUAD}
+
+
+# ---------------------------------------------------------------- sentences
+# ROUGE-Lsum scores a summary sentence by sentence, and summaries are kept one sentence
+# per line (``"first.\nsecond."``). Where a text does not come split, this splitter
+# splits it, with no model and no download, the same result everywhere, by these rules:
+#
+# - a newline always ends a sentence;
+# - within a line, a sentence ends after ``.``, ``!`` or ``?`` (a run of them, then any
+#   closing quotes or brackets) that is followed by white space;
+# - except after a period that ends a known abbreviation (:data:`ABBREVIATIONS`: "e.g.",
+#   "Fig.", "et al." ...) or initials ("J.", "U.S."), or one followed by a lowercase word
+#   ("approx. three"). A text without any capital letter (corpora lowercased as a whole,
+#   such as Cohan et al.'s arXiv and PubMed) has no such signal, so there only the
+#   abbreviations and initials hold a period back.
+#
+# It is meant for English scientific and news prose; it does not know every
+# abbreviation, and "made in the U.S. The next day" stays one sentence.
+
+# Lowercase, without the final period.
+ABBREVIATIONS = frozenset(
+    "al approx cf ch dr e.g eq eqs etc fig figs i.e jr mr mrs ms no nos pp prof ref refs resp sec secs sr st tab "
+    "viz vol vs".split()
+)
+_CLOSERS = "\"')]\u2019\u201d"
+_OPENERS = "\"'([\u2018\u201c"
+_END = re.compile(rf"[.!?]+[{re.escape(_CLOSERS)}]*(?=\s)")
+_INITIALS = re.compile(r"(?:[A-Za-z]\.)+")
+
+
+def _ends_sentence(line: str, mark: re.Match, cased: bool) -> bool:
+    """Whether ``mark``, a match of :data:`_END` in ``line``, ends a sentence."""
+    if set(mark.group().rstrip(_CLOSERS)) != {"."}:
+        return True  # "!" or "?"
+    before = line[: mark.start()]
+    word = before.split()[-1].lstrip(_OPENERS) if before and not before[-1].isspace() else ""
+    if word.lower() in ABBREVIATIONS or _INITIALS.fullmatch(word + "."):
+        return False
+    return not (cased and line[mark.end() :].lstrip()[:1].islower())
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text``, stripped, empty ones dropped (rules in the comment above :data:`ABBREVIATIONS`)."""
+    cased = any(c.isupper() for c in text)
+    sentences = []
+    for line in text.splitlines():
+        begin = 0
+        for match in _END.finditer(line):
+            if _ends_sentence(line, match, cased):
+                sentences.append(line[begin : match.end()])
+                begin = match.end()
+        sentences.append(line[begin:])
+    return [s.strip() for s in sentences if s.strip()]
+
+
+# ---------------------------------------------------------------- JSONL
+
+
+def jsonl_records(path: Path) -> Iterator[tuple[str, object, str | None]]:
+    """The records of a JSONL file, one per non-blank line.
+
+    Yields:
+        ``(origin, record, None)``, ``origin`` being ``"path:line"`` (lines from 1), or
+        ``(origin, None, what is wrong)`` for a line that is not UTF-8 or not JSON. A
+        reader that must stop raises ``f"{origin}: {problem}"``; one that may go on
+        skips the line and reports it the same way.
+    """
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            origin = f"{path}:{number}"
+            if not raw.strip():
+                continue
+            try:
+                yield origin, json.loads(raw.decode("utf-8")), None
+            except UnicodeDecodeError:
+                yield origin, None, "not UTF-8 text"
+            except json.JSONDecodeError as err:
+                yield origin, None, f"malformed JSON ({err.msg})"
