@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as err:  # user errors (PrepError too): one line
         print(f"longformer-fs: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # what a run staged is already removed (data_prep's Staging); no traceback
+        print("longformer-fs: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

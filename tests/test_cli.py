@@ -203,3 +203,14 @@ def test_bench_scale_runs_fairseq_in_several_processes(tmp_path, capsys):
 def test_bench_half_precision_needs_a_gpu(bench, tmp_path, capsys):
     assert main(["bench", bench, "--bf16", "--device", "cpu", "--out", str(tmp_path)]) == 2
     assert "--bf16 needs --device cuda" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
+    import longformer_fs.commands.info as info
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(info, "main", interrupted)
+    result = cli("info")
+    assert result.returncode == 130 and result.stderr.strip() == "longformer-fs: interrupted"

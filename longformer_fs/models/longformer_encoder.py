@@ -153,7 +153,10 @@ class LongformerTransformerEncoder(TransformerEncoder):
             for projection in attention.global_projections():
                 projection.requires_grad_(trainable)
         if not trainable:
-            logger.info("global projections frozen: no token gets global attention (see --global-attention-tokens)")
+            logger.info(
+                "global projections frozen: no token gets global attention "
+                "(see --global-attention-tokens and --global-attention-from-data)"
+            )
 
     def set_global_attention_mask(self, mask: torch.Tensor | None) -> None:
         """A ``(B, T)`` bool mask from the batch, for the next forward only."""
