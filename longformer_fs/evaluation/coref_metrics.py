@@ -48,7 +48,7 @@ from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 
-try:  # scipy's Kuhn-Munkres (Jonker-Volgenant) solver; the pure-Python one below otherwise
+try:  # scipy's assignment solver (a Jonker-Volgenant variant); the numpy one below otherwise
     from scipy.optimize import linear_sum_assignment as _scipy_assignment
 except ImportError:  # pragma: no cover - the project's environment has scipy
     _scipy_assignment = None
@@ -228,8 +228,9 @@ def _hungarian(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The Hungarian method (Kuhn 1955; Munkres 1957) with potentials, O(n²m).
 
     Minimises the cost ``-weights`` over a matrix transposed to have no more rows than
-    columns, adding one row at a time along a shortest augmenting path (the
-    Jonker-Volgenant form of the shortest-path Hungarian algorithm).
+    columns, adding one row at a time along a shortest augmenting path found with the
+    dual potentials ``u`` (rows) and ``v`` (columns), which keep every reduced cost
+    ``cost - u - v`` non-negative.
     """
     transposed = weights.shape[0] > weights.shape[1]
     cost = -(weights.T if transposed else weights)
