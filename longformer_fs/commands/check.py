@@ -14,6 +14,8 @@ from longformer_fs.attention.kernel_check import CASES, run_check, save_report
 from longformer_fs.attention.spec import BandSpec
 from longformer_fs.benchmarks.backend_speed import SHAPES, measure_backends
 
+from .options import add_device_argument
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
@@ -36,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"per dtype, plain and with the relative-position term, at one shape (CUDA: {SHAPES['cuda']}); `auto` on "
         "this GPU takes the fastest."
     )
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
+    add_device_argument(parser, help="cuda, cuda:N or cpu")
     parser.add_argument(
         "--dtypes",
         type=_dtypes,

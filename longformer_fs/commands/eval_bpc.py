@@ -6,10 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 from longformer_fs.evaluation.char_lm import score_checkpoint
+
+from .options import add_device_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=32256, help="characters per window (paper: 32256)")
     parser.add_argument("--step", type=int, default=512, help="characters scored per window (paper: 512)")
     parser.add_argument("--batch-size", type=int, default=1, help="windows per forward pass")
-    parser.add_argument(
-        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device to run the model on"
-    )
+    add_device_argument(parser, help="device to run the model on")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
 
 

@@ -6,13 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from data_prep.fairseq_dataset import MANIFEST
 from data_prep.qa import prepared_format
 from longformer_fs.evaluation.checkpoint import load_model
 from longformer_fs.evaluation.qa import predict_answers, score_split
 from longformer_fs.evaluation.qa_metrics import NORMALIZATIONS
+
+from .options import add_device_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-answer-tokens", type=int, default=None, help="the longest answer (default: the task's, 30)"
     )
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_argument(parser)
     parser.add_argument("--predictions", type=Path, default=None, help="write {id: answer text} here (JSON)")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
 

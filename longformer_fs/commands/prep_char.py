@@ -8,15 +8,9 @@ from pathlib import Path
 
 from data_prep.char_corpus import prepare
 
+from .options import comma_triple
 
-def _sizes(text: str) -> tuple[int, int, int]:
-    try:
-        sizes = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        sizes = ()
-    if len(sizes) != 3 or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"expected TRAIN,VALID,TEST byte counts, got {text!r}")
-    return sizes
+_sizes = comma_triple(int, lambda sizes: min(sizes) >= 1, "byte counts")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from data_prep.classification import ClassificationConfig, prepare_classification, stats_table
 
+from .options import SPLIT_NAMES, add_output_arguments, comma_triple, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
-
-def _weights(text: str) -> tuple[float, float, float]:
-    try:
-        weights = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        weights = ()
-    if len(weights) != 3 or min(weights) < 0 or weights[0] <= 0:
-        raise argparse.ArgumentTypeError(f"expected TRAIN,VALID,TEST weights (>= 0, TRAIN > 0), got {text!r}")
-    return weights
+_weights = comma_triple(float, lambda weights: not (min(weights) < 0 or weights[0] <= 0), "weights (>= 0, TRAIN > 0)")
 
 
 def _labels(text: str) -> tuple[str, ...]:
@@ -39,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group(
         "inputs", "Either --train (with --valid/--test) files, or one --input cut by --split."
     )
-    for split in ("train", "valid", "test"):
+    for split in SPLIT_NAMES:
         data.add_argument(f"--{split}", type=Path, help=f"the {split} documents (.jsonl or .tsv)")
     data.add_argument("--input", type=Path, help="one .jsonl or .tsv file to split into train/valid/test")
     data.add_argument(
@@ -68,15 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=4096,
         help="count the documents longer than this many tokens (<s> and </s> included) in the stats",
     )
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+    add_output_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    files = {s: getattr(args, s) for s in ("train", "valid", "test") if getattr(args, s) is not None}
     cfg = ClassificationConfig(
         subword_spec(args),
-        files,
+        split_files(args),
         args.input,
         args.split,
         args.seed,
@@ -87,9 +77,7 @@ def main(args: argparse.Namespace) -> int:
         args.labels,
         args.report_length,
     )
-    start = time.perf_counter()
-    result = prepare_classification(cfg, args.out, args.force)
-    print(stats_table(result))
+    result, seconds = run_preparation(prepare_classification, cfg, args, stats_table)
     print(f"labels (class 0..{len(result['labels']) - 1}): {', '.join(result['labels'])}")
-    print(f"{args.out}: done in {time.perf_counter() - start:.1f} s (stats in {args.out / 'stats.json'})")
+    print_done(args, seconds)
     return 0

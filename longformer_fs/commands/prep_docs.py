@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
-from pathlib import Path
 
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs, stats_table
 from data_prep.doc_sources import SourceSpec
 
+from .options import add_output_arguments, print_done, run_preparation
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -90,8 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.cpu_count() or 1,
         help="processes for PDF extraction and tokenizing (default: all cores)",
     )
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+    add_output_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -109,10 +107,7 @@ def main(args: argparse.Namespace) -> int:
         args.test_fraction,
         args.workers,
     )
-    start = time.perf_counter()
-    result = prepare_docs(cfg, args.out, args.force)
-    seconds = time.perf_counter() - start
-    print(stats_table(result))
+    result, seconds = run_preparation(prepare_docs, cfg, args, stats_table)
     if result["papers_without_abstract"]:
         print(
             f"papers without an 'Abstract' heading (kept, whole text as body): {len(result['papers_without_abstract'])}"
@@ -126,5 +121,5 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {example['origin']}: {example['reason']}")
     else:
         print("skipped 0")
-    print(f"{args.out}: done in {seconds:.1f} s (stats in {args.out / 'stats.json'})")
+    print_done(args, seconds)
     return 0

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from data_prep.qa import FORMATS, QaPrepConfig, prepare_qa, stats_table
 
+from .options import SPLIT_NAMES, add_output_arguments, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "that dataset's official convention. Rerunning with the same inputs does nothing."
     )
     parser.add_argument("--format", choices=FORMATS, required=True, help="the input JSON's format")
-    for split in ("train", "valid", "test"):
+    for split in SPLIT_NAMES:
         parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file")
     parser.add_argument(
         "--input",
@@ -53,16 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead of truncating, cut documents into windows that each fit, starting N document tokens "
         "apart (at most the room a window has, so windows never leave gaps)",
     )
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+    add_output_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    files = {s: getattr(args, s) for s in ("train", "valid", "test") if getattr(args, s) is not None}
     cfg = QaPrepConfig(
         subword_spec(args),
         args.format,
-        files,
+        split_files(args),
         args.evidence,
         args.max_tokens,
         args.doc_stride,
@@ -70,8 +68,6 @@ def main(args: argparse.Namespace) -> int:
         args.valid_fraction,
         args.test_fraction,
     )
-    start = time.perf_counter()
-    result = prepare_qa(cfg, args.out, args.force)
-    print(stats_table(result))
-    print(f"{args.out}: done in {time.perf_counter() - start:.1f} s (stats in {args.out / 'stats.json'})")
+    _, seconds = run_preparation(prepare_qa, cfg, args, stats_table)
+    print_done(args, seconds)
     return 0

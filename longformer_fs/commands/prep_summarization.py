@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
 from data_prep.fairseq_dataset import SPLITS
 from data_prep.summarization import LAYOUTS, SummarizationConfig, prepare_summarization, stats_table
 
+from .options import add_output_arguments, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -69,15 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="processes for tokenizing (default: all cores)"
     )
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+    add_output_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     cfg = SummarizationConfig(
         args.input_format,
         subword_spec(args),
-        files={split: getattr(args, split) for split in SPLITS if getattr(args, split) is not None},
+        files=split_files(args),
         input=args.input,
         valid_fraction=args.valid_fraction,
         test_fraction=args.test_fraction,
@@ -89,10 +88,7 @@ def main(args: argparse.Namespace) -> int:
         truncate=not args.no_truncate,
         workers=args.workers,
     )
-    start = time.perf_counter()
-    result = prepare_summarization(cfg, args.out, args.force)
-    seconds = time.perf_counter() - start
-    print(stats_table(result))
+    result, seconds = run_preparation(prepare_summarization, cfg, args, stats_table)
     limits = result["limits"]
     print(
         f"limits: sources {limits['max_source_tokens']:,} tokens (<s> and </s> included), "
@@ -107,5 +103,5 @@ def main(args: argparse.Namespace) -> int:
         print(f"{title}: {report['count']:,}" + (f" ({reasons})" if reasons else ""))
         for example in report["examples"][:10]:
             print(f"  {example['origin']}: {example['reason']}")
-    print(f"{args.out}: done in {seconds:.1f} s (stats in {args.out / 'stats.json'})")
+    print_done(args, seconds)
     return 0

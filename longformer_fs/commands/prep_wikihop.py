@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from data_prep.wikihop import WikihopConfig, prepare_wikihop, stats_table
 from longformer_fs.conventions import WIKIHOP_SYMBOLS
 
+from .options import SPLIT_NAMES, add_output_arguments, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with convert-roberta --add-tokens). Prints how many examples exceed --max-tokens and how many "
         "prefix-repeating chunks they need. Rerunning with the same inputs does nothing."
     )
-    for split in ("train", "valid", "test"):
+    for split in SPLIT_NAMES:
         parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file (WikiHop's train.json, dev.json)")
     parser.add_argument("--input", type=Path, help="instead of split files: one JSON file to split by example id")
     parser.add_argument(
@@ -33,17 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-tokens", type=int, default=4096, help="the model's length, for the stats (examples over it, chunks)"
     )
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+    add_output_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    files = {s: getattr(args, s) for s in ("train", "valid", "test") if getattr(args, s) is not None}
-    cfg = WikihopConfig(subword_spec(args), files, args.max_tokens, args.input, args.valid_fraction, args.test_fraction)
-    start = time.perf_counter()
-    result = prepare_wikihop(cfg, args.out, args.force)
-    print(stats_table(result))
+    cfg = WikihopConfig(
+        subword_spec(args), split_files(args), args.max_tokens, args.input, args.valid_fraction, args.test_fraction
+    )
+    result, seconds = run_preparation(prepare_wikihop, cfg, args, stats_table)
     ids = ", ".join(f"{symbol}={i}" for symbol, i in result["symbols"].items())
     print(f"symbol ids: {ids}")
-    print(f"{args.out}: done in {time.perf_counter() - start:.1f} s (stats in {args.out / 'stats.json'})")
+    print_done(args, seconds)
     return 0

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import torch
 from fairseq import checkpoint_utils
 from tqdm import tqdm
 
@@ -25,6 +24,7 @@ from longformer_fs.evaluation.summarization import (
     to_text,
 )
 
+from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
 
 DEFAULTS = GenerationSettings()
@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     generation.add_argument("--min-len", type=int, default=DEFAULTS.min_len, help="minimum summary tokens")
     generation.add_argument("--max-len", type=int, default=DEFAULTS.max_len, help="maximum summary tokens")
     parser.add_argument("--batch-size", type=int, default=4, help="documents per beam search")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
