@@ -5,16 +5,15 @@ mean over the example's chunks; the loss is the cross-entropy of the answer amon
 example's candidates, logged in bits per example, with accuracy.
 """
 
-import math
-
 import torch
 import torch.nn.functional as F
-from fairseq import metrics
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from longformer_fs.modules.task_heads import average_over_chunks
 from longformer_fs.tasks.multiple_choice import CANDIDATE_HEAD
+
+from .per_item import BitsAndAccuracyCriterion
 
 
 def candidate_logits(model, sample) -> torch.Tensor:
@@ -28,7 +27,9 @@ def candidate_logits(model, sample) -> torch.Tensor:
 
 
 @register_criterion("longformer_wikihop", dataclass=FairseqDataclass)
-class MultipleChoiceCriterion(FairseqCriterion):
+class MultipleChoiceCriterion(BitsAndAccuracyCriterion):
+    CORRECT, ACCURACY = "ncorrect", "accuracy"
+
     def forward(self, model, sample, reduce=True):
         logits = candidate_logits(model, sample)
         target = sample["target"]
@@ -45,16 +46,3 @@ class MultipleChoiceCriterion(FairseqCriterion):
                 "ncorrect": correct,
             },
         )
-
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        loss = sum(log.get("loss", 0) for log in logging_outputs)
-        examples = sum(log.get("sample_size", 0) for log in logging_outputs)
-        correct = sum(log.get("ncorrect", 0) for log in logging_outputs)
-        metrics.log_scalar("loss", loss / max(examples, 1) / math.log(2), examples, round=3)
-        if examples:
-            metrics.log_scalar("accuracy", 100.0 * correct / examples, examples, round=2)
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True

@@ -7,19 +7,20 @@ with an answer. ``span_acc`` is the share of those windows whose best start and 
 are gold positions.
 """
 
-import math
-
 import torch
-from fairseq import metrics
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from longformer_fs.modules.task_heads import or_span_loss
 from longformer_fs.tasks.question_answering import QA_HEAD
 
+from .per_item import BitsAndAccuracyCriterion
+
 
 @register_criterion("longformer_qa", dataclass=FairseqDataclass)
-class QuestionAnsweringCriterion(FairseqCriterion):
+class QuestionAnsweringCriterion(BitsAndAccuracyCriterion):
+    CORRECT, ACCURACY = "span_hits", "span_acc"
+
     def forward(self, model, sample, reduce=True):
         features, _ = model(**sample["net_input"], features_only=True)
         logits = model.token_logits(QA_HEAD, features).float()
@@ -41,16 +42,3 @@ class QuestionAnsweringCriterion(FairseqCriterion):
                 "span_hits": hit.sum(),
             },
         )
-
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        loss = sum(log.get("loss", 0) for log in logging_outputs)
-        answered = sum(log.get("sample_size", 0) for log in logging_outputs)
-        hits = sum(log.get("span_hits", 0) for log in logging_outputs)
-        metrics.log_scalar("loss", loss / max(answered, 1) / math.log(2), answered, round=3)
-        if answered:
-            metrics.log_scalar("span_acc", 100.0 * hits / answered, answered, round=2)
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True
