@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from fairseq.data import Dictionary, FairseqDataset, data_utils
+from fairseq.data import Dictionary, data_utils
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import WIKIHOP_SYMBOLS
-from .token_head_task import TokenHeadTask
+from .token_head_task import ItemsDataset, TokenHeadTask
 
 CANDIDATE_HEAD = "candidate"
 ENTITY = WIKIHOP_SYMBOLS[2]  # [ent]: its position stands for its candidate
@@ -44,7 +44,7 @@ def chunk(prefix: torch.Tensor, context: torch.Tensor, max_positions: int) -> li
     return [torch.cat([prefix, context[start : start + room]]) for start in range(0, max(len(context), 1), room)]
 
 
-class MultipleChoiceDataset(FairseqDataset):
+class MultipleChoiceDataset(ItemsDataset):
     def __init__(self, prefix, context, labels, dictionary: Dictionary, max_positions: int):
         self.prefix, self.context, self.labels = prefix, context, labels
         self.dictionary, self.max_positions = dictionary, max_positions
@@ -65,18 +65,6 @@ class MultipleChoiceDataset(FairseqDataset):
             "label": int(self.labels[index][0]),
         }
 
-    def __len__(self):
-        return len(self.prefix)
-
-    def num_tokens(self, index):
-        return int(self.costs[index])
-
-    def size(self, index):
-        return int(self.sizes[index])
-
-    def ordered_indices(self):
-        return np.argsort(self.costs, kind="mergesort")
-
     def collater(self, samples):
         if not samples:
             return {}
@@ -92,16 +80,15 @@ class MultipleChoiceDataset(FairseqDataset):
         for row, sample in enumerate(samples):
             candidates[row, : len(sample["candidates"])] = sample["candidates"]
             valid[row, : len(sample["candidates"])] = True
-        return {
-            "id": torch.tensor([s["id"] for s in samples]),
-            "nsentences": len(samples),
-            "ntokens": int((tokens != pad).sum()),
-            "net_input": {"src_tokens": tokens, "global_attention_mask": global_mask},
-            "owner": owner,
-            "candidates": candidates,
-            "candidate_mask": valid,
-            "target": torch.tensor([s["label"] for s in samples]),
-        }
+        return self.batch(
+            samples,
+            tokens,
+            global_mask,
+            owner=owner,
+            candidates=candidates,
+            candidate_mask=valid,
+            target=torch.tensor([s["label"] for s in samples]),
+        )
 
 
 @register_task("longformer_wikihop", dataclass=MultipleChoiceConfig)

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from fairseq.data import Dictionary, FairseqDataset, data_utils
+from fairseq.data import Dictionary, data_utils
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from .token_head_task import TokenHeadTask
+from .token_head_task import ItemsDataset, TokenHeadTask
 
 QA_HEAD = "qa"
 
@@ -35,28 +35,16 @@ def question_mask(tokens: torch.Tensor, eos: int) -> torch.Tensor:
     return torch.arange(tokens.shape[1], device=tokens.device)[None, :] < first_eos
 
 
-class QuestionAnsweringDataset(FairseqDataset):
+class QuestionAnsweringDataset(ItemsDataset):
     """The windows of one split, with their gold positions."""
 
     def __init__(self, tokens, starts, ends, dictionary: Dictionary):
         self.tokens, self.starts, self.ends = tokens, starts, ends
         self.dictionary = dictionary
-        self.sizes = np.asarray(tokens.sizes)
+        self.sizes = self.costs = np.asarray(tokens.sizes)
 
     def __getitem__(self, index):
         return {"id": index, "source": self.tokens[index], "starts": self.starts[index], "ends": self.ends[index]}
-
-    def __len__(self):
-        return len(self.tokens)
-
-    def num_tokens(self, index):
-        return int(self.sizes[index])
-
-    def size(self, index):
-        return int(self.sizes[index])
-
-    def ordered_indices(self):
-        return np.argsort(self.sizes, kind="mergesort")
 
     def collater(self, samples):
         if not samples:
@@ -70,15 +58,7 @@ class QuestionAnsweringDataset(FairseqDataset):
         for row, sample in enumerate(samples):
             starts[row, : len(sample["starts"])] = sample["starts"]
             ends[row, : len(sample["ends"])] = sample["ends"]
-        return {
-            "id": torch.tensor([s["id"] for s in samples]),
-            "nsentences": len(samples),
-            "ntokens": int((tokens != pad).sum()),
-            "net_input": {"src_tokens": tokens, "global_attention_mask": question},
-            "document_mask": document,
-            "starts": starts,
-            "ends": ends,
-        }
+        return self.batch(samples, tokens, question, document_mask=document, starts=starts, ends=ends)
 
 
 @register_task("longformer_qa", dataclass=QuestionAnsweringConfig)

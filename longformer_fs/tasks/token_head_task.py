@@ -12,9 +12,43 @@ import contextlib
 import json
 from pathlib import Path
 
-from fairseq.data import Dictionary, data_utils
+import numpy as np
+import torch
+from fairseq.data import Dictionary, FairseqDataset, data_utils
 from fairseq.tasks import FairseqTask
 from omegaconf import OmegaConf, open_dict
+
+
+class ItemsDataset(FairseqDataset):
+    """A token-head task's dataset: one item per index. Subclasses set ``sizes`` (each
+    item's longest model input) and ``costs`` (the tokens a batch pays for the item);
+    items are ordered cheapest first."""
+
+    sizes: np.ndarray
+    costs: np.ndarray
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def num_tokens(self, index):
+        return int(self.costs[index])
+
+    def size(self, index):
+        return int(self.sizes[index])
+
+    def ordered_indices(self):
+        return np.argsort(self.costs, kind="mergesort")
+
+    def batch(self, samples, tokens, global_mask, **fields) -> dict:
+        """A batch of ``samples``: their ids and counts, the model input (``tokens``, padded
+        with the dictionary's pad, and ``global_mask``), then the task's ``fields``."""
+        return {
+            "id": torch.tensor([s["id"] for s in samples]),
+            "nsentences": len(samples),
+            "ntokens": int((tokens != self.dictionary.pad()).sum()),
+            "net_input": {"src_tokens": tokens, "global_attention_mask": global_mask},
+            **fields,
+        }
 
 
 class TokenHeadTask(FairseqTask):
