@@ -22,10 +22,9 @@ from ..models.checkpoints import (
     config_get,
     config_set,
     reserved_position_rows,
-    save_start_checkpoint,
 )
 from ..modules.per_layer import layer_values
-from .source import NotConvertibleError, extend_positions, read_source
+from .source import NotConvertibleError, extend_positions, read_source, write_converted
 
 
 class NotBartError(NotConvertibleError):
@@ -68,17 +67,12 @@ def convert_bart(src: Path, out_dir: Path, max_source_positions: int = 16384, wi
     target_positions = config_get(source.model_cfg, "max_target_positions", layout.DEFAULT_MAX_TARGET_POSITIONS)
     config_set(source.model_cfg, _name=arch, arch=arch, max_source_positions=max_source_positions,
                max_target_positions=target_positions, attention_window=str(window))  # fmt: skip
-    cfg = source.state.get("cfg")
-    if cfg is not None and cfg.get("task") is not None:
-        config_set(cfg["task"], max_source_positions=max_source_positions)
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_start_checkpoint(source.state, weights, out_dir / "model.pt")
-    (out_dir / "dict.txt").write_bytes(source.dictionary.read_bytes())
+    model_pt = write_converted(
+        source, weights, out_dir, source.dictionary.read_bytes(), max_source_positions=max_source_positions
+    )
     return {
         "source": str(source.path),
-        "output": str(out_dir / "model.pt"),
+        "output": str(model_pt),
         "source_model": source.name,
         "arch": arch,
         "layers": list(layers),

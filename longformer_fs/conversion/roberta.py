@@ -21,9 +21,9 @@ import torch
 
 from ..conventions import NUM_SPECIALS
 from ..models import longformer_roberta as layout
-from ..models.checkpoints import add_global_projections, config_set, reserved_position_rows, save_start_checkpoint
+from ..models.checkpoints import add_global_projections, config_set, reserved_position_rows
 from ..modules.per_layer import layer_values
-from .source import NotConvertibleError, extend_positions, read_source
+from .source import NotConvertibleError, extend_positions, read_source, write_converted
 
 
 class NotRobertaError(NotConvertibleError):
@@ -115,17 +115,11 @@ def convert_roberta(
         causal_attention=False,
         global_attention_tokens="",
     )
-    cfg = source.state.get("cfg")
-    if cfg is not None and cfg.get("task") is not None:
-        config_set(cfg["task"], tokens_per_sample=max_positions)
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_start_checkpoint(source.state, weights, out_dir / "model.pt")
-    (out_dir / "dict.txt").write_text("".join(line + "\n" for line in dictionary_lines), encoding="utf-8")
+    dictionary = "".join(line + "\n" for line in dictionary_lines).encode("utf-8")
+    model_pt = write_converted(source, weights, out_dir, dictionary, tokens_per_sample=max_positions)
     return {
         "source": str(source.path),
-        "output": str(out_dir / "model.pt"),
+        "output": str(model_pt),
         "source_model": source_model,
         "arch": arch,
         "layers": layers,

@@ -15,7 +15,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
-from ..models.checkpoints import model_config, model_name, reserved_position_rows
+from ..models.checkpoints import config_set, model_config, model_name, reserved_position_rows, save_start_checkpoint
 
 
 class NotConvertibleError(ValueError):
@@ -36,6 +36,20 @@ class SourceCheckpoint:
 
     def padding_idx(self) -> int:
         return Dictionary.load(str(self.dictionary)).pad()
+
+
+def write_converted(source: SourceCheckpoint, weights: dict, out_dir: Path, dictionary: bytes, **task_settings) -> Path:
+    """Write a converted checkpoint: ``out_dir/model.pt`` (fairseq-train starts from it)
+    and ``out_dir/dict.txt``; ``task_settings`` go into the task config it was trained
+    with, where it has one. Returns the path of model.pt."""
+    cfg = source.state.get("cfg")
+    if cfg is not None and cfg.get("task") is not None:
+        config_set(cfg["task"], **task_settings)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_start_checkpoint(source.state, weights, out_dir / "model.pt")
+    (out_dir / "dict.txt").write_bytes(dictionary)
+    return out_dir / "model.pt"
 
 
 def read_source(src: Path) -> SourceCheckpoint:

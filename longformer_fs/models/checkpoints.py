@@ -62,6 +62,27 @@ def reserved_position_rows(padding_idx: int) -> int:
     return padding_idx + 1
 
 
+def check_learned_positions(state_dict: dict, key: str, embed_positions, padding_idx: int, what: str, convert: str):
+    """A checkpoint's learned positions at ``key`` must number the model's.
+
+    Args:
+        embed_positions: the model's learned-position embedding.
+        what: what the positions are called in the error ("positions", "source positions").
+        convert: the conversion that gives a checkpoint N of them, less N
+            ("convert-roberta --max-positions").
+
+    Raises:
+        ValueError: they differ; it names the conversion to run.
+    """
+    reserved = reserved_position_rows(padding_idx)
+    expected = embed_positions.weight.shape[0] - reserved
+    if key in state_dict and state_dict[key].shape[0] - reserved != expected:
+        raise ValueError(
+            f"{key}: the checkpoint has {state_dict[key].shape[0] - reserved} {what} but this model "
+            f"{expected}; convert it first with `longformer-fs {convert} {expected}`"
+        )
+
+
 def model_config(state: dict):
     """The checkpoint's model settings: an ``argparse.Namespace`` or a DictConfig (or None)."""
     cfg = state.get("cfg")

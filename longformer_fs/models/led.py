@@ -26,7 +26,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from .checkpoints import add_global_projections, reserved_position_rows
+from .checkpoints import add_global_projections, check_learned_positions
 from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg
 
 logger = logging.getLogger(__name__)
@@ -100,14 +100,14 @@ class LEDModel(BARTModel):
         added = add_global_projections(state_dict, prefix + ENCODER_LAYERS)
         if added:
             logger.info("initialised %d global projections from the local ones", added)
-        key = prefix + ENCODER_POSITIONS
-        reserved = reserved_position_rows(self.encoder.padding_idx)
-        expected = self.encoder.embed_positions.weight.shape[0] - reserved
-        if key in state_dict and state_dict[key].shape[0] - reserved != expected:
-            raise ValueError(
-                f"{key}: the checkpoint has {state_dict[key].shape[0] - reserved} source positions but this model "
-                f"{expected}; convert it first with `longformer-fs convert-bart --max-source-positions {expected}`"
-            )
+        check_learned_positions(
+            state_dict,
+            prefix + ENCODER_POSITIONS,
+            self.encoder.embed_positions,
+            self.encoder.padding_idx,
+            "source positions",
+            "convert-bart --max-source-positions",
+        )
         super().upgrade_state_dict_named(state_dict, name)
 
 

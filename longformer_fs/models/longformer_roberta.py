@@ -29,7 +29,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from .checkpoints import add_global_projections, reserved_position_rows
+from .checkpoints import add_global_projections, check_learned_positions
 from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg, global_attention_possible
 
 logger = logging.getLogger(__name__)
@@ -149,15 +149,15 @@ class LongformerRobertaModel(RobertaModel):
         added = add_global_projections(state_dict, prefix + LAYERS)
         if added:
             logger.info("initialised %d global projections from the local ones", added)
-        key = prefix + POSITIONS
         encoder = self.encoder.sentence_encoder
-        reserved = reserved_position_rows(encoder.padding_idx)
-        expected = encoder.embed_positions.weight.shape[0] - reserved
-        if key in state_dict and state_dict[key].shape[0] - reserved != expected:
-            raise ValueError(
-                f"{key}: the checkpoint has {state_dict[key].shape[0] - reserved} positions but this model "
-                f"{expected}; convert it first with `longformer-fs convert-roberta --max-positions {expected}`"
-            )
+        check_learned_positions(
+            state_dict,
+            prefix + POSITIONS,
+            encoder.embed_positions,
+            encoder.padding_idx,
+            "positions",
+            "convert-roberta --max-positions",
+        )
         key = prefix + TOKEN_EMBEDDINGS
         rows = encoder.embed_tokens.weight.shape[0]
         if key in state_dict and state_dict[key].shape[0] != rows:
