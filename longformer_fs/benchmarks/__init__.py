@@ -1,6 +1,8 @@
 """Benchmarks behind ``longformer-fs bench``; they print ratios measured side by side."""
 
 import argparse
+import json
+from pathlib import Path
 
 
 def int_list(text: str) -> list[int]:
@@ -10,3 +12,9 @@ def int_list(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def write_results(out: Path, results) -> None:
+    """Write ``results`` as ``out/results.json`` and say where."""
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    print(f"wrote {out / 'results.json'}")

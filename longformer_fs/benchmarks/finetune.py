@@ -12,7 +12,6 @@ so one that outgrows the memory is a result ("killed") rather than the end of th
 from __future__ import annotations
 
 import argparse
-import json
 import types
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from longformer_fs.conventions import BOS, EOS, PAD
 
 from ..conversion.hf import export_longformer
 from ..models.longformer_roberta import LongformerRobertaModel
+from . import write_results
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 50265  # RoBERTa's dictionary, <mask> included
@@ -132,6 +132,5 @@ def main(args: argparse.Namespace) -> int:
             f"speedup (HF time / ours) {summary['speedup']:.2f}x (target >= 2); "
             f"memory (ours / HF) {summary['memory_ratio']:.2f} (target <= 1)"
         )
-    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
-    print(f"wrote {args.out / 'results.json'}")
+    write_results(args.out, summary)
     return 0

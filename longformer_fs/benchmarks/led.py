@@ -23,7 +23,7 @@ from tqdm import tqdm
 from longformer_fs.conventions import BOS, EOS
 
 from ..models.led import LEDModel, led_base_architecture
-from . import int_list
+from . import int_list, write_results
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 50265  # BART's dictionary
@@ -136,6 +136,5 @@ def main(args: argparse.Namespace) -> int:
             f"LED peak memory per source token: {per_token[0] * 2**20:.1f} KiB at {first['source_len']}, "
             f"{per_token[1] * 2**20:.1f} KiB at {last['source_len']}"
         )
-    (args.out / "results.json").write_text(json.dumps({"rows": rows, "threads": args.threads}, indent=2))
-    print(f"wrote {args.out / 'results.json'}")
+    write_results(args.out, {"rows": rows, "threads": args.threads})
     return 0

@@ -25,6 +25,7 @@ from longformer_fs.modules.per_layer import dilation_pattern, layer_values
 from longformer_fs.recipes import phase_settings
 
 from . import int_list as _int_list
+from . import write_results
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 205  # enwik8's byte vocabulary plus fairseq's specials
@@ -175,6 +176,5 @@ def main(args: argparse.Namespace) -> int:
             f"phase-5 shape ({args.phase5_len} characters, windows {p5.get('windows', '512:131072')}, "
             f"activation checkpointing): one training step {state}"
         )
-    (args.out / "results.json").write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out / 'results.json'}")
+    write_results(args.out, result)
     return 0

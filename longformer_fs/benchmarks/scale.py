@@ -28,6 +28,7 @@ from data_prep.char_corpus import write_dataset
 from longformer_fs.recipes import phase_settings
 
 from . import int_list as _int_list
+from . import write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,8 +142,5 @@ def main(args: argparse.Namespace) -> int:
             f"{r['processes']:>9} {r['threads_each']:>12} {r['steps_per_s']:>8.3f} {r['sequences_per_s']:>11.3f} "
             f"{r['chars_per_s']:>9.0f} {speedup:>8.2f}"
         )
-    (args.out / "results.json").write_text(
-        json.dumps({"seq_len": args.seq_len, "device": device, "runs": rows}, indent=2)
-    )
-    print(f"wrote {args.out / 'results.json'}")
+    write_results(args.out, {"seq_len": args.seq_len, "device": device, "runs": rows})
     return 0
