@@ -1,15 +1,11 @@
 """recipes/char_lm: the paper's values, and the make-driven phase chain on tiny data."""
 
 import os
-import subprocess
-import zipfile
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from helpers import ROOT, free_port, make
 
-ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes" / "char_lm"
 
 # Paper, Appendix A (docs/design.md §4), written out independently of the YAML.
@@ -137,32 +133,16 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from data_prep.char_corpus import prepare
-
+def data(tmp_path_factory, char_corpus):
+    """This module's directory: data/ is the Makefile's DATA (the shared tiny text8), ckpt/ its SAVE."""
     tmp = tmp_path_factory.mktemp("recipe")
-    rng = np.random.default_rng(1)
-    words = [b"one", b"two", b"three", b"four", b"five"]
-    text = b" ".join(words[i] for i in rng.integers(0, 5, 5000))[:20000]
-    with zipfile.ZipFile(tmp / "text8.zip", "w") as archive:
-        archive.writestr("text8", text)
-    prepare("text8", tmp / "data" / "text8", tmp / "text8.zip", verify=False, split_sizes=(16000, 2000, 2000))
+    (tmp / "data").symlink_to(char_corpus.parent, target_is_directory=True)
     return tmp
 
 
-def make(target, data, *overrides):
-    args = " ".join(TINY + list(overrides))
-    cmd = [
-        "make",
-        "--no-print-directory",
-        "-o",
-        ".venv/.installed",
-        target,
-        f"DATA={data / 'data'}",
-        f"SAVE={data / 'ckpt'}",
-        f"HYDRA_ARGS={args}",
-    ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+def make_phase(target, data, *overrides):
+    hydra_args = "HYDRA_ARGS=" + " ".join(TINY + list(overrides))
+    return make(target, f"DATA={data / 'data'}", f"SAVE={data / 'ckpt'}", hydra_args, timeout=600)
 
 
 def updates(path):
@@ -175,21 +155,21 @@ def weights(path):
 
 def test_phases_chain_resume_and_refuse_a_missing_start(data):
     ckpt = data / "ckpt" / "text8" / "small"
-    missing = make("text8-phase3", data)
+    missing = make_phase("text8-phase3", data)
     assert missing.returncode != 0 and "phase 3 starts from" in missing.stdout + missing.stderr
 
-    first = make("text8-phase1", data, "optimization.max_update=20", "optimization.lr=[3e-3]")
+    first = make_phase("text8-phase1", data, "optimization.max_update=20", "optimization.lr=[3e-3]")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert updates(ckpt / "phase1" / "checkpoint_last.pt") == 20
 
     # Relaunching with a later max_update resumes from update 20.
-    resumed = make("text8-phase1", data, "optimization.max_update=30", "optimization.lr=[3e-3]")
+    resumed = make_phase("text8-phase1", data, "optimization.max_update=30", "optimization.lr=[3e-3]")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Loaded checkpoint" in resumed.stdout + resumed.stderr
     assert updates(ckpt / "phase1" / "checkpoint_last.pt") == 30
 
     # Phase 2 starts from phase 1's weights (lr 0 keeps them) with a fresh update count.
-    second = make("text8-phase2", data, "optimization.max_update=3", "optimization.lr=[0.0]")
+    second = make_phase("text8-phase2", data, "optimization.max_update=3", "optimization.lr=[0.0]")
     assert second.returncode == 0, second.stderr[-2000:]
     assert updates(ckpt / "phase2" / "checkpoint_last.pt") == 3
     start, end = weights(ckpt / "phase1" / "checkpoint_last.pt"), weights(ckpt / "phase2" / "checkpoint_last.pt")
@@ -200,30 +180,10 @@ def test_phases_chain_resume_and_refuse_a_missing_start(data):
 
 def test_make_phase_in_two_processes(data, tmp_path):
     """`make text8-phase1 NPROC=2`: fairseq-hydra-train under torchrun, one model, twice the batch."""
-    cmd = [
-        "make",
-        "--no-print-directory",
-        "-o",
-        ".venv/.installed",
-        "text8-phase1",
-        "NPROC=2",
-        f"TORCHRUN_ARGS=--master-port {_free_port()}",
-        f"DATA={data / 'data'}",
-        f"SAVE={tmp_path}",
-        "HYDRA_ARGS=" + " ".join(TINY + ["optimization.max_update=4", "dataset.batch_size=4"]),
-    ]
-    result = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1")
-    )
+    hydra_args = "HYDRA_ARGS=" + " ".join(TINY + ["optimization.max_update=4", "dataset.batch_size=4"])
+    result = make("text8-phase1", "NPROC=2", f"TORCHRUN_ARGS=--master-port {free_port()}", f"DATA={data / 'data'}",
+                  f"SAVE={tmp_path}", hydra_args, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)  # fmt: skip
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
     assert "distributed init (rank 1): env://" in log and "'distributed_world_size': 2" in log
     assert updates(tmp_path / "text8" / "small" / "phase1" / "checkpoint_last.pt") == 4
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -7,61 +7,27 @@ update_freq 1 is the control: it must differ.
 """
 
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from conftest import TINY_CHAR_LM
+from helpers import BIN, CHAR_LM_TRAINING, ON_CPU, ROOT, TINY_CHAR_LM, free_port, run
 
-from data_prep.char_corpus import prepare
 from longformer_fs.launch import LaunchError, distributed_arguments
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 ENV = dict(os.environ, OMP_NUM_THREADS="1")  # two processes share the two cores
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train(args, save_dir, processes=1):
     if processes == 1:
         cmd = [BIN / "fairseq-train", *args]
     else:
-        cmd = [
-            BIN / "torchrun",
-            "--nproc_per_node",
-            str(processes),
-            "--master_port",
-            str(free_port()),
-            "-m",
-            "longformer_fs.launch",
-            "fairseq-train",
-            *args,
-        ]
-    cmd += [
-        "--save-dir",
-        save_dir,
-        "--no-epoch-checkpoints",
-        "--disable-validation",
-        "--cpu",
-        "--num-workers",
-        "0",
-        "--log-format",
-        "simple",
-        "--seed",
-        "3",
-    ]
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return torch.load(Path(save_dir) / "checkpoint_last.pt", weights_only=False)["model"], result.stdout + result.stderr
+        cmd = [BIN / "torchrun", "--nproc_per_node", str(processes), "--master_port", str(free_port()),
+               "-m", "longformer_fs.launch", "fairseq-train", *args]  # fmt: skip
+    cmd += ["--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation", *ON_CPU]
+    log = run(*cmd, "--log-format", "simple", "--seed", "3", env=ENV, timeout=600)
+    return torch.load(Path(save_dir) / "checkpoint_last.pt", weights_only=False)["model"], log
 
 
 def max_difference(a: dict, b: dict) -> float:
@@ -69,76 +35,17 @@ def max_difference(a: dict, b: dict) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
-@pytest.fixture(scope="module")
-def char_data(tmp_path_factory):
-    import zipfile
-
-    tmp = tmp_path_factory.mktemp("char")
-    rng = np.random.default_rng(0)
-    words = [b"the", b"cat", b"sat", b"on", b"a", b"mat", b"and", b"dog", b"ran", b"far"]
-    text = b" ".join(words[i] for i in rng.integers(0, len(words), 6000))[:20000]
-    with zipfile.ZipFile(tmp / "text8.zip", "w") as archive:
-        archive.writestr("text8", text)
-    prepare("text8", tmp / "bin", tmp / "text8.zip", verify=False, split_sizes=(16000, 2000, 2000))
-    return tmp / "bin"
+LM = [*TINY_CHAR_LM, *CHAR_LM_TRAINING, "--max-update", "6", "--batch-size", "4", "--required-batch-size-multiple", "1"]
+LM += ["--clip-norm", "0.25"]
 
 
-LM = [
-    *TINY_CHAR_LM,
-    "--optimizer",
-    "adam",
-    "--lr",
-    "3e-3",
-    "--criterion",
-    "bpc_cross_entropy",
-    "--dropout",
-    "0.0",
-    "--max-update",
-    "6",
-    "--batch-size",
-    "4",
-    "--required-batch-size-multiple",
-    "1",
-    "--clip-norm",
-    "0.25",
-]
-
-
-def test_two_processes_equal_one_with_twice_the_batch_char_lm(char_data, tmp_path):
-    two, log = train([char_data, *LM], tmp_path / "two", processes=2)
+def test_two_processes_equal_one_with_twice_the_batch_char_lm(char_corpus, tmp_path):
+    two, log = train([char_corpus, *LM], tmp_path / "two", processes=2)
     assert "distributed init (rank 1): env://" in log and "ddp_backend': 'legacy_ddp'" in log
-    one, _ = train([char_data, *LM, "--update-freq", "2"], tmp_path / "one")
-    control, _ = train([char_data, *LM], tmp_path / "control")
+    one, _ = train([char_corpus, *LM, "--update-freq", "2"], tmp_path / "one")
+    control, _ = train([char_corpus, *LM], tmp_path / "control")
     assert max_difference(two, one) < 1e-6
     assert max_difference(two, control) > 1e-3
-
-
-@pytest.fixture(scope="module")
-def mlm_data(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mlm")
-    rng = np.random.default_rng(1)
-    for split, n in (("train", 6000), ("valid", 400)):
-        words = [f"w{rng.integers(20)}" for _ in range(n)]
-        (tmp / f"{split}.txt").write_text("\n".join(" ".join(words[i : i + 30]) for i in range(0, n, 30)) + "\n")
-    result = subprocess.run(
-        [
-            str(BIN / "fairseq-preprocess"),
-            "--only-source",
-            "--trainpref",
-            str(tmp / "train.txt"),
-            "--validpref",
-            str(tmp / "valid.txt"),
-            "--destdir",
-            str(tmp / "bin"),
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    return tmp / "bin"
 
 
 MLM = [
@@ -186,10 +93,10 @@ MLM = [
 
 
 @pytest.mark.parametrize("global_tokens", [None, "<s>"], ids=["no-global", "global-bos"])
-def test_two_processes_equal_one_with_twice_the_batch_roberta(mlm_data, tmp_path, global_tokens):
+def test_two_processes_equal_one_with_twice_the_batch_roberta(runs_corpus, tmp_path, global_tokens):
     extra = [] if global_tokens is None else ["--global-attention-tokens", global_tokens]
-    two, log = train([mlm_data, *MLM, *extra], tmp_path / "two", processes=2)
-    one, _ = train([mlm_data, *MLM, *extra, "--update-freq", "2"], tmp_path / "one")
+    two, log = train([runs_corpus, *MLM, *extra], tmp_path / "two", processes=2)
+    one, _ = train([runs_corpus, *MLM, *extra, "--update-freq", "2"], tmp_path / "one")
     assert max_difference(two, one) < 1e-6
     globals_ = [k for k in two if "_proj_global" in k]
     locals_ = [k.replace("_proj_global", "_proj") for k in globals_]

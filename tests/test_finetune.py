@@ -19,56 +19,29 @@ baselines read the first 128 tokens.
 
 import json
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import cli
+from helpers import BIN, ON_CPU, ROOT, TINY_ROBERTA, USER_DIR, last_logged, ok, print_results, run
+from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]
 CODES = [f"Z{a}{b}" for a in "aeiou" for b in "kpst"]
 COLORS = ["red", "blue", "green", "black"]
 SIGNALS = ("zpos", "zneg")
-SIZES = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128"]
-SIZES += ["--encoder-attention-heads", "4", "--dropout", "0", "--attention-dropout", "0"]
-COMMON = ["--cpu", "--num-workers", "0", "--log-format", "simple", "--seed", "1", "--no-epoch-checkpoints"]
-COMMON += ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--user-dir", str(ROOT / "longformer_fs")]
+SIZES = [*TINY_ROBERTA, "--dropout", "0", "--attention-dropout", "0"]
+COMMON = [*ON_CPU, "--log-format", "simple", "--seed", "1", "--no-epoch-checkpoints"]
+COMMON += ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--user-dir", str(USER_DIR)]
 RESULTS = {}  # the miniature Table 8
 
 
 @pytest.fixture(scope="module", autouse=True)
 def print_table8():
     yield
-    if RESULTS:
-        print("\nMiniature Table 8 (valid split):")
-        for name, value in RESULTS.items():
-            print(f"  {name:<58} {value:6.2f}")
-
-
-def run(*cmd):
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout + result.stderr
-
-
-def ok(*args):
-    result = cli(*args)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
-
-
-def last_logged(log: str, split: str, key: str) -> float:
-    """``key`` of the last ``train`` / ``valid`` summary line fairseq-train logged."""
-    lines = [line for line in log.splitlines() if f"| {split} |" in line]
-    fields = [part.strip().split() for part in lines[-1].split("|")]
-    return float(next(f[1] for f in fields if len(f) == 2 and f[0] == key))
+    print_results("\nMiniature Table 8 (valid split):", RESULTS, lambda name, value: f"  {name:<58} {value:6.2f}")
 
 
 def last_valid(log: str, key: str) -> float:
@@ -502,8 +475,7 @@ TINY_FT = ["common.fp16=false", "common.cpu=true", "dataset.num_workers=0", "dat
 
 
 def make(target, *variables):
-    cmd = ["make", "--no-print-directory", "-o", ".venv/.installed", target, *map(str, variables)]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    result = make_run(target, *variables)
     return result.returncode, result.stdout + result.stderr
 
 

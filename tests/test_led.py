@@ -8,22 +8,17 @@ cannot know it.
 """
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli
+from helpers import BIN, MAKE, ON_CPU, USER_DIR, cli, fails, fake_checkpoint, ok, print_results, run
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.evaluation.checkpoint import load_model
 from longformer_fs.evaluation.summarization import GenerationSettings, generate
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]
 CODES = [f"z{a}{b}" for a in "aeiou" for b in "kpst"][:16]
 SIZES = {
@@ -38,50 +33,23 @@ SIZES = {
 }
 TINY = [x for k, v in SIZES.items() for x in (f"--{k.replace('_', '-')}", str(v))]
 TINY += ["--share-all-embeddings", "--max-target-positions", "128"]
-TRAIN = [
-    "--task",
-    "translation",
-    "--source-lang",
-    "source",
-    "--target-lang",
-    "target",
-    "--criterion",
-    "label_smoothed_cross_entropy",
-    "--label-smoothing",
-    "0.0",
-    "--optimizer",
-    "adam",
-    "--adam-betas",
-    "(0.9,0.98)",
-    "--batch-size",
-    "16",
-    "--dropout",
-    "0.0",
-    "--attention-dropout",
-    "0",
-    "--no-epoch-checkpoints",
-    "--cpu",
-    "--num-workers",
-    "0",
-    "--log-format",
-    "simple",
-    "--seed",
-    "1",
-    "--disable-validation",
-    "--user-dir",
-    str(ROOT / "longformer_fs"),
-]
+TRAIN = ["--task", "translation", "--source-lang", "source", "--target-lang", "target",
+         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.0",
+         "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--batch-size", "16", "--dropout", "0.0",
+         "--attention-dropout", "0", "--no-epoch-checkpoints", *ON_CPU, "--log-format", "simple", "--seed", "1",
+         "--disable-validation", "--user-dir", str(USER_DIR)]  # fmt: skip
 RESULTS = {}  # the miniature Table 11
 
 
 @pytest.fixture(scope="module", autouse=True)
 def print_table11():
     yield
-    if RESULTS:
-        print("\nMiniature Table 11 (test split, 60 documents of ~490 tokens; ROUGE F1 x 100):")
-        print(f"  {'model':<44} {'R-1':>6} {'R-2':>6} {'R-Lsum':>7}")
-        for name, scores in RESULTS.items():
-            print(f"  {name:<44} " + " ".join(f"{scores[k]['f1']:>6.2f}" for k in ("rouge1", "rouge2", "rougeLsum")))
+    title = "\nMiniature Table 11 (test split, 60 documents of ~490 tokens; ROUGE F1 x 100):\n"
+    title += f"  {'model':<44} {'R-1':>6} {'R-2':>6} {'R-Lsum':>7}"
+    keys = ("rouge1", "rouge2", "rougeLsum")
+    print_results(
+        title, RESULTS, lambda name, scores: f"  {name:<44} " + " ".join(f"{scores[k]['f1']:>6.2f}" for k in keys)
+    )
 
 
 def documents(n, length, tail, seed):
@@ -94,14 +62,6 @@ def documents(n, length, tail, seed):
             words[pos] = code
         out.append({"id": f"{seed}-{i}", "source": " ".join(words), "target": f"topic {code}."})
     return out
-
-
-def run(*cmd, env=None):
-    result = subprocess.run(
-        [str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=900, env=env or dict(os.environ)
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout + result.stderr
 
 
 def prep(raw, tokenizer_dir, out, *splits):
@@ -127,8 +87,7 @@ def prep(raw, tokenizer_dir, out, *splits):
     ]
     for split, path in splits:
         args += [f"--{split}", path]
-    result = cli(*args)
-    assert result.returncode == 0, result.stderr[-2000:]
+    ok(*args)
     return out
 
 
@@ -183,9 +142,7 @@ def bart(data, tmp_path_factory):
 
 
 def convert(bart, out, *extra):
-    result = cli("convert-bart", bart, "--out", out, *extra)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    return ok("convert-bart", bart, "--out", out, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +194,7 @@ def fine_tune(arch_args, init, data, save, updates=80):
 
 
 def summarize(checkpoint, data, out):
-    result = cli(
+    ok(
         "summarize",
         checkpoint,
         "--data",
@@ -255,7 +212,6 @@ def summarize(checkpoint, data, out):
         "--out",
         out,
     )
-    assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(out.with_suffix(".rouge.json").read_text())
 
 
@@ -366,10 +322,7 @@ def test_pdfs_to_summaries_end_to_end(bart, data, tmp_path):
     ]
     overrides += [f"+model.{k}={v}" for k, v in SIZES.items()]
     out = run(
-        "make",
-        "--no-print-directory",
-        "-o",
-        ".venv/.installed",
+        *MAKE,
         "summarize-arxiv",
         f"BART={bart}",
         f"DATA={tmp_path / 'bin'}",
@@ -404,24 +357,8 @@ def test_pdfs_to_summaries_end_to_end(bart, data, tmp_path):
 
 
 def test_bad_input_gives_clear_errors(bart, data, tmp_path):
-    def fails(*args):
-        result = cli(*args)
-        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-        return result.stderr
-
-    (tmp_path / "fake").mkdir()
-    torch.save(
-        {
-            "model": {"encoder.sentence_encoder.embed_tokens.weight": torch.zeros(3, 2)},
-            "cfg": {"model": {"_name": "roberta_base"}},
-            "optimizer_history": [
-                {"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {}, "num_updates": 0}
-            ],
-            "extra_state": {"train_iterator": {"epoch": 1}},
-        },
-        tmp_path / "fake" / "model.pt",
-    )
-    (tmp_path / "fake" / "dict.txt").write_text("a 1\n")
+    state = {"encoder.sentence_encoder.embed_tokens.weight": torch.zeros(3, 2)}
+    fake_checkpoint(tmp_path / "fake", "roberta_base", state)
     assert "not a fairseq BART-like encoder-decoder (model: roberta_base)" in fails(
         "convert-bart", tmp_path / "fake", "--out", tmp_path / "a"
     )

@@ -8,30 +8,13 @@ Without positions it falls back to the words of the whole block.
 """
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from conftest import cli
+from helpers import BIN, ROOT, USER_DIR, fails, fake_checkpoint, ok, print_results, run
 
 from longformer_fs.evaluation.masked_lm import masked_lm_bits
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-WORDS = 16
-TINY = [
-    "--encoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "64",
-    "--encoder-ffn-embed-dim",
-    "128",
-    "--encoder-attention-heads",
-    "4",
-]
 RESULTS = {}  # the miniature Table 6, filled by the tests below
 
 
@@ -39,116 +22,20 @@ RESULTS = {}  # the miniature Table 6, filled by the tests below
 def print_table6():
     """Print the miniature Table 6 after the module (pytest -s shows it)."""
     yield
-    if RESULTS:
-        print("\nMiniature Table 6 (MLM loss in bits per masked token, valid split):")
-        for name, value in RESULTS.items():
-            print(f"  {name:<52} {value:.3f}")
-
-
-def run(*cmd, timeout=900):
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout + result.stderr
-
-
-def runs_text(n_words: int, seed: int) -> str:
-    """Lines of 40 words; each random word is repeated 3 to 6 times in a row."""
-    rng = np.random.default_rng(seed)
-    words: list[str] = []
-    while len(words) < n_words:
-        words += [f"w{rng.integers(WORDS)}"] * int(rng.integers(3, 7))
-    return "\n".join(" ".join(words[i : i + 40]) for i in range(0, n_words, 40)) + "\n"
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mlm")
-    (tmp / "train.txt").write_text(runs_text(60000, 0))
-    (tmp / "valid.txt").write_text(runs_text(12000, 1))
-    run(
-        BIN / "fairseq-preprocess",
-        "--only-source",
-        "--trainpref",
-        tmp / "train.txt",
-        "--validpref",
-        tmp / "valid.txt",
-        "--destdir",
-        tmp / "bin",
-        "--workers",
-        "1",
-    )
-    return tmp / "bin"
-
-
-@pytest.fixture(scope="module")
-def roberta(data, tmp_path_factory):
-    """A released-RoBERTa-like directory: model.pt and dict.txt."""
-    save = tmp_path_factory.mktemp("roberta")
-    run(
-        BIN / "fairseq-train",
-        data,
-        "--task",
-        "masked_lm",
-        "--criterion",
-        "masked_lm",
-        "--arch",
-        "roberta",
-        *TINY,
-        "--max-positions",
-        "128",
-        "--tokens-per-sample",
-        "128",
-        "--sample-break-mode",
-        "none",
-        "--optimizer",
-        "adam",
-        "--adam-betas",
-        "(0.9,0.98)",
-        "--lr",
-        "5e-3",
-        "--lr-scheduler",
-        "inverse_sqrt",
-        "--warmup-updates",
-        "100",
-        "--clip-norm",
-        "1.0",
-        "--batch-size",
-        "16",
-        "--max-update",
-        "1000",
-        "--dropout",
-        "0",
-        "--attention-dropout",
-        "0",
-        "--save-dir",
-        save,
-        "--no-epoch-checkpoints",
-        "--disable-validation",
-        "--seed",
-        "1",
-        "--cpu",
-        "--num-workers",
-        "0",
-        "--log-format",
-        "simple",
-        "--log-interval",
-        "100",
-    )
-    (save / "checkpoint_last.pt").rename(save / "model.pt")
-    (save / "dict.txt").write_bytes((data / "dict.txt").read_bytes())
-    return save
+    title = "\nMiniature Table 6 (MLM loss in bits per masked token, valid split):"
+    print_results(title, RESULTS, lambda name, value: f"  {name:<52} {value:.3f}")
 
 
 def convert(roberta, out, *extra):
-    return run(BIN / "longformer-fs", "convert-roberta", roberta, "--out", out, "--max-positions", "512", *extra)
+    return ok("convert-roberta", roberta, "--out", out, "--max-positions", "512", *extra)
 
 
 @pytest.fixture(scope="module")
-def copied(roberta, tmp_path_factory):
+def copied(tiny_roberta, tmp_path_factory):
     """The converted model of the paper's recipe: copied positions, a 64-token window (w = 32,
     as w = 256 is the paper's 512), 512 positions. Returns its model.pt."""
     out = tmp_path_factory.mktemp("copy")
-    convert(roberta, out, "--window", "32")
+    convert(tiny_roberta, out, "--window", "32")
     return out / "model.pt"
 
 
@@ -174,28 +61,28 @@ def score(model, task, blocks):
     return masked_lm_bits(model, blocks, d.index("<mask>"), special, mask_prob=0.15, seed=0).bits
 
 
-def test_converted_with_wide_window_equals_roberta(roberta, data, tmp_path):
-    out = convert(roberta, tmp_path / "wide")  # default window 256 >= 128 tokens: full attention
+def test_converted_with_wide_window_equals_roberta(tiny_roberta, runs_corpus, tmp_path):
+    out = convert(tiny_roberta, tmp_path / "wide")  # default window 256 >= 128 tokens: full attention
     assert "positions: 128 -> 512" in out and "global projections: 12 tensors" in out
-    original, task = load(roberta / "model.pt", data)
-    converted, _ = load(tmp_path / "wide" / "model.pt", data)
+    original, task = load(tiny_roberta / "model.pt", runs_corpus)
+    converted, _ = load(tmp_path / "wide" / "model.pt", runs_corpus)
     assert type(converted).__name__ == "LongformerRobertaModel"
-    blocks = valid_blocks(task, data, 128, 8 * 127)
+    blocks = valid_blocks(task, runs_corpus, 128, 8 * 127)
     original.double(), converted.double()
     with torch.no_grad():
         torch.testing.assert_close(converted(blocks)[0], original(blocks)[0], atol=1e-6, rtol=1e-6)
     assert score(converted, task, blocks) == pytest.approx(score(original, task, blocks), abs=1e-6)
 
 
-def test_table6_copied_positions_keep_the_loss_random_ones_do_not(roberta, copied, data, tmp_path):
-    convert(roberta, tmp_path / "random", "--window", "32", "--position-init", "random")
-    original, task = load(roberta / "model.pt", data)
+def test_table6_copied_positions_keep_the_loss_random_ones_do_not(tiny_roberta, copied, runs_corpus, tmp_path):
+    convert(tiny_roberta, tmp_path / "random", "--window", "32", "--position-init", "random")
+    original, task = load(tiny_roberta / "model.pt", runs_corpus)
     n_tokens = 16 * 511
-    RESULTS["RoBERTa, 128 tokens"] = score(original, task, valid_blocks(task, data, 128, n_tokens))
+    RESULTS["RoBERTa, 128 tokens"] = score(original, task, valid_blocks(task, runs_corpus, 128, n_tokens))
     for name, path in (("random", tmp_path / "random" / "model.pt"), ("copy", copied)):
-        model, _ = load(path, data)
+        model, _ = load(path, runs_corpus)
         RESULTS[f"Longformer, {name} position embeddings, 512 tokens"] = score(
-            model, task, valid_blocks(task, data, 512, n_tokens)
+            model, task, valid_blocks(task, runs_corpus, 512, n_tokens)
         )
     base = RESULTS["RoBERTa, 128 tokens"]
     copied = RESULTS["Longformer, copy position embeddings, 512 tokens"]
@@ -205,14 +92,14 @@ def test_table6_copied_positions_keep_the_loss_random_ones_do_not(roberta, copie
     assert randomised > 1.5 * copied, RESULTS
 
 
-def fairseq_validate(checkpoint, data):
+def fairseq_validate(checkpoint, runs_corpus):
     out = run(
         BIN / "fairseq-validate",
-        data,
+        runs_corpus,
         "--path",
         checkpoint,
         "--user-dir",
-        ROOT / "longformer_fs",
+        USER_DIR,
         "--task",
         "masked_lm",
         "--tokens-per-sample",
@@ -233,16 +120,16 @@ def fairseq_validate(checkpoint, data):
     return float(json.loads(line.split("| valid | ", 1)[1])["valid_loss"])
 
 
-def test_continued_pretraining_with_the_recipe_lowers_valid_loss(copied, data, tmp_path):
+def test_continued_pretraining_with_the_recipe_lowers_valid_loss(copied, runs_corpus, tmp_path):
     save = tmp_path / "run"
-    before = fairseq_validate(copied, data)
+    before = fairseq_validate(copied, runs_corpus)
     run(
         BIN / "fairseq-hydra-train",
         "--config-dir",
         ROOT / "recipes" / "mlm",
         "--config-name",
         "longformer_base_4096",
-        f"task.data={data}",
+        f"task.data={runs_corpus}",
         f"checkpoint.finetune_from_model={copied}",
         f"checkpoint.save_dir={save}",
         "common.fp16=false",
@@ -265,26 +152,26 @@ def test_continued_pretraining_with_the_recipe_lowers_valid_loss(copied, data, t
         "dataset.validate_interval_updates=50",
         "common.log_interval=10",
     )
-    after = fairseq_validate(save / "checkpoint_last.pt", data)
+    after = fairseq_validate(save / "checkpoint_last.pt", runs_corpus)
     assert after < before, (before, after)  # fairseq's own valid loss (bits), BERT-style masking
     # The same drop under the table's fixed masking.
-    start, task = load(copied, data)
-    trained, _ = load(save / "checkpoint_last.pt", data)
-    blocks = valid_blocks(task, data, 512, 16 * 511)
+    start, task = load(copied, runs_corpus)
+    trained, _ = load(save / "checkpoint_last.pt", runs_corpus)
+    blocks = valid_blocks(task, runs_corpus, 512, 16 * 511)
     RESULTS["Longformer, copy, after 50 updates, 512 tokens"] = score(trained, task, blocks)
     assert RESULTS["Longformer, copy, after 50 updates, 512 tokens"] < score(start, task, blocks), RESULTS
     assert (save / "tensorboard").is_dir()
 
 
 @pytest.mark.parametrize("with_global", [False, True], ids=["local", "global-bos"])
-def test_hf_export_matches_our_logits(copied, data, tmp_path, with_global):
+def test_hf_export_matches_our_logits(copied, runs_corpus, tmp_path, with_global):
     from transformers import LongformerForMaskedLM
 
-    run(BIN / "longformer-fs", "export-hf", copied, "--out", tmp_path / "hf")
-    ours, task = load(copied, data)
+    ok("export-hf", copied, "--out", tmp_path / "hf")
+    ours, task = load(copied, runs_corpus)
     theirs = LongformerForMaskedLM.from_pretrained(tmp_path / "hf", local_files_only=True).eval()
     assert theirs.config.attention_window == [64, 64]
-    blocks = valid_blocks(task, data, 512, 2 * 511)
+    blocks = valid_blocks(task, runs_corpus, 512, 2 * 511)
     blocks[:, 200] = task.source_dictionary.bos()  # a second global token mid-sequence
     glob = blocks == task.source_dictionary.bos()
     if with_global:
@@ -295,28 +182,11 @@ def test_hf_export_matches_our_logits(copied, data, tmp_path, with_global):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_convert_refuses_bad_input_with_clear_messages(roberta, tmp_path):
-    def fails(*args):
-        result = cli(*args)
-        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-        return result.stderr
-
+def test_convert_refuses_bad_input_with_clear_messages(tiny_roberta, tmp_path):
     assert "smaller than the checkpoint's 128" in fails(
-        "convert-roberta", roberta, "--out", tmp_path / "a", "--max-positions", "64"
+        "convert-roberta", tiny_roberta, "--out", tmp_path / "a", "--max-positions", "64"
     )
-    (tmp_path / "fake").mkdir()
-    torch.save(
-        {
-            "model": {"decoder.embed_tokens.weight": torch.zeros(3, 2)},
-            "cfg": {"model": {"_name": "lstm"}},
-            "optimizer_history": [
-                {"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {}, "num_updates": 0}
-            ],
-            "extra_state": {"train_iterator": {"epoch": 1}},
-        },
-        tmp_path / "fake" / "model.pt",
-    )
-    (tmp_path / "fake" / "dict.txt").write_text("a 1\n")
+    fake_checkpoint(tmp_path / "fake", "lstm", {"decoder.embed_tokens.weight": torch.zeros(3, 2)})
     assert "not a fairseq RoBERTa-like encoder (model: lstm)" in fails(
         "convert-roberta", tmp_path / "fake", "--out", tmp_path / "b"
     )

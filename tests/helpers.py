@@ -1,0 +1,160 @@
+"""What the tests share besides fixtures (those are in conftest.py): paths, the tiny models'
+options, the tiny corpora's text, and running commands: the plugin's CLI in this process,
+fairseq's and make's as processes."""
+
+import contextlib
+import io
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+USER_DIR = ROOT / "longformer_fs"
+
+# A 2-layer longformer_lm_small for fairseq-train runs on CPU: the plugin, the task and the
+# shape (dilated heads and geometric windows included, so both are exercised).
+TINY_CHAR_LM = [
+    "--user-dir", str(USER_DIR),
+    "--task", "longformer_char_lm", "--arch", "longformer_lm_small",
+    "--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
+    "--decoder-attention-heads", "4", "--dilated-heads", "2",
+    "--attention-window", "4:16", "--attention-dilation", "1,2", "--tokens-per-sample", "64",
+]  # fmt: skip
+# How the tests train it: AdamW at 3e-3 on bits per character, no dropout.
+CHAR_LM_TRAINING = ["--optimizer", "adam", "--lr", "3e-3", "--criterion", "bpc_cross_entropy", "--dropout", "0.0"]
+# The tiny char corpus (conftest's char_corpus): train, valid and test characters.
+CHAR_SPLITS = (16000, 2000, 2000)
+
+# A 2-layer RoBERTa, 64 wide.
+TINY_ROBERTA = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128"]
+TINY_ROBERTA += ["--encoder-attention-heads", "4"]
+# A fairseq run on this machine's CPU, in the main process.
+ON_CPU = ["--cpu", "--num-workers", "0"]
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cli(*args):
+    """``longformer-fs ARGS`` in this process (no interpreter start-up): a CompletedProcess
+    with the exit code and what was printed. Commands catch user errors themselves."""
+    from longformer_fs.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:  # argparse errors
+            code = exit_.code
+    return subprocess.CompletedProcess(["longformer-fs", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def ok(*args) -> str:
+    """``longformer-fs ARGS`` that must succeed: what it printed."""
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def fails(*args) -> str:
+    """``longformer-fs ARGS`` that must stop with a user error (exit 2, no traceback): its message."""
+    result = cli(*args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    return result.stderr
+
+
+def run(*cmd, env=None, timeout=900) -> str:
+    """A process (fairseq-train, make, ...) in the repository that must succeed: its output."""
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+# make in the repository, the installed venv taken as up to date.
+MAKE = ["make", "--no-print-directory", "-o", ".venv/.installed"]
+
+
+def make(target, *variables, env=None, timeout=900) -> subprocess.CompletedProcess:
+    """``make TARGET VARIABLES``, which may fail: its CompletedProcess."""
+    cmd = [*MAKE, target, *map(str, variables)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def last_logged(log: str, split: str, key: str) -> float:
+    """``key`` of the last ``train`` / ``valid`` summary line fairseq-train logged (simple format)."""
+    lines = [line for line in log.splitlines() if f"| {split} |" in line]
+    fields = [part.strip().split() for part in lines[-1].split("|")]
+    return float(next(f[1] for f in fields if len(f) == 2 and f[0] == key))
+
+
+def train_char_lm(data, *extra, model=TINY_CHAR_LM) -> subprocess.CompletedProcess:
+    """fairseq-train of the ``model`` options on ``data``, logging JSON: its CompletedProcess."""
+    exe = BIN / "fairseq-train"
+    if not exe.exists():
+        pytest.skip("fairseq-train is not installed next to this interpreter")
+    cmd = [exe, data, *model, *CHAR_LM_TRAINING, "--batch-size", "8", "--log-format", "json", "--log-interval", "10"]
+    cmd += [*ON_CPU, *extra]
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def char_lm_logs(data, *extra) -> list[tuple[str, dict]]:
+    """:func:`train_char_lm` that must succeed: its train_inner and valid log entries."""
+    result = train_char_lm(data, *extra)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    logs = []
+    for line in (result.stdout + result.stderr).splitlines():
+        for tag in ("train_inner", "valid"):
+            marker = f"| {tag} | "
+            if marker in line:
+                logs.append((tag, json.loads(line.split(marker, 1)[1])))
+    return logs
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def fake_checkpoint(directory: Path, model: str, state: dict) -> Path:
+    """A fairseq checkpoint of architecture ``model`` holding ``state``, and a dict.txt: the
+    shape of a release directory, for converters to refuse."""
+    import torch
+
+    directory.mkdir()
+    history = [{"criterion_name": "x", "optimizer_name": "y", "lr_scheduler_state": {}, "num_updates": 0}]
+    checkpoint = {
+        "model": state,
+        "cfg": {"model": {"_name": model}},
+        "optimizer_history": history,
+        "extra_state": {"train_iterator": {"epoch": 1}},
+    }
+    torch.save(checkpoint, directory / "model.pt")
+    (directory / "dict.txt").write_text("a 1\n")
+    return directory
+
+
+def runs_text(n_words: int, seed: int, vocabulary: int = 16) -> str:
+    """Lines of 40 words; each random word is repeated 3 to 6 times in a row."""
+    rng = np.random.default_rng(seed)
+    words: list[str] = []
+    while len(words) < n_words:
+        words += [f"w{rng.integers(vocabulary)}"] * int(rng.integers(3, 7))
+    return "\n".join(" ".join(words[i : i + 40]) for i in range(0, n_words, 40)) + "\n"
+
+
+def print_results(title: str, results: dict, row) -> None:
+    """A miniature table the tests filled (``pytest -s`` shows it): ``row(name, value)`` per line."""
+    if results:
+        print(title)
+        for name, value in results.items():
+            print(row(name, value))
