@@ -29,12 +29,14 @@ def test_bad_window_and_step():
 def direct_bits(model_log_probs, chars, start_symbol, window, step):
     """Each character on its own: the window the protocol assigns it, computed from the rule."""
     stream = torch.cat([chars.new_tensor([start_symbol]), chars])
-    n, bits = len(chars), 0.0
+    n, bits, runs = len(chars), 0.0, {}
     for p in range(n):
         k = 0 if p < window else math.ceil((p + 1 - window) / step)
         end = min(window + k * step, n)
         start = max(0, end - window)
-        lp = model_log_probs(stream[start:end][None])[0]
+        if (start, end) not in runs:  # characters that share a window share its run
+            runs[start, end] = model_log_probs(stream[start:end][None])[0]
+        lp = runs[start, end]
         bits -= float(lp[p - start, stream[p + 1]]) / math.log(2)
     return bits
 

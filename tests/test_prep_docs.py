@@ -4,12 +4,11 @@ dump, JSONL with bad lines, text folders, and a GPT-2-style BPE trained here."""
 import bz2
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli
+from helpers import BIN, ROOT, cli
 
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
@@ -20,8 +19,6 @@ from data_prep.subword import SubwordSpec
 from data_prep.wikitext import iter_wiki_pages, strip_markup
 from longformer_fs.conventions import NUM_SPECIALS
 
-ROOT = Path(__file__).resolve().parents[1]
-CLI = Path(sys.executable).parent / "longformer-fs"
 HEADER = "Proceedings of the Test Conference 2026"
 
 WIKI = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
@@ -223,43 +220,24 @@ def train_spm(texts: list[str], path: Path, size: int = 200) -> Path:
     return path.with_suffix(".model")
 
 
+def tokenizer_args(d: Path) -> list:
+    """prep's options for the GPT-2-style BPE the corpus fixture trained in ``d``."""
+    return ["--encoder-json", d / "encoder.json", "--vocab-bpe", d / "vocab.bpe", "--dict", d / "dict.txt"]
+
+
+def prep_docs(*args) -> subprocess.CompletedProcess:
+    """``longformer-fs prep docs ARGS`` as its own process (its workers are processes too)."""
+    cmd = [BIN / "longformer-fs", "prep", "docs", *args]
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
 def run_prep(corpus, pdfs, out, *extra):
     d = corpus[0]
-    cmd = [
-        CLI,
-        "prep",
-        "docs",
-        "--out",
-        out,
-        "--encoder-json",
-        d / "encoder.json",
-        "--vocab-bpe",
-        d / "vocab.bpe",
-        "--dict",
-        d / "dict.txt",
-        "--source",
-        f"books=txt:{d / 'books'}",
-        "--source",
-        f"news=jsonl:{d / 'news.jsonl'}",
-        "--text-field",
-        "news=body",
-        "--source",
-        f"wiki=wiki:{d / 'wiki.xml'}",
-        "--source",
-        f"wiki=wiki:{d / 'truncated.xml.bz2'}",
-        "--source",
-        f"papers=pdf:{pdfs}",
-        "--min-tokens",
-        "news=1000",
-        "--valid-fraction",
-        "0.2",
-        "--test-fraction",
-        "0.1",
-        "--workers",
-        "2",
-        *extra,
-    ]
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    sources = ["--source", f"books=txt:{d / 'books'}", "--source", f"news=jsonl:{d / 'news.jsonl'}",
+               "--text-field", "news=body", "--source", f"wiki=wiki:{d / 'wiki.xml'}",
+               "--source", f"wiki=wiki:{d / 'truncated.xml.bz2'}", "--source", f"papers=pdf:{pdfs}"]  # fmt: skip
+    result = prep_docs("--out", out, *tokenizer_args(d), *sources, "--min-tokens", "news=1000", "--valid-fraction",
+                       "0.2", "--test-fraction", "0.1", "--workers", "2", *extra)  # fmt: skip
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout + result.stderr
     return result.stdout
 
@@ -411,22 +389,10 @@ def test_clear_errors(corpus, tmp_path):
         (["--source", f"x=txt:{d / 'books'}", "--fraction", "y=0.5"], "no source named y"),
         (["--source", f"x=txt:{d / 'books'}", "--out", tmp_path / "used"], "holds files this command did not write"),
     ]:
-        cmd = [
-            CLI,
-            "prep",
-            "docs",
-            "--encoder-json",
-            d / "encoder.json",
-            "--vocab-bpe",
-            d / "vocab.bpe",
-            "--dict",
-            d / "dict.txt",
-            "--workers",
-            "1",
-        ]
+        cmd = ["prep", "docs", *tokenizer_args(d), "--workers", "1"]
         if "--out" not in args:
             cmd += ["--out", tmp_path / "o"]
-        result = cli(*cmd[1:], *args)
+        result = cli(*cmd, *args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
@@ -458,24 +424,9 @@ def test_prep_docs_with_sentencepiece_writes_its_dictionary(corpus, tmp_path):
     d, _, books, news = corpus
     model = train_spm(books + news, tmp_path / "spm", 300)
     out = tmp_path / "bin"
-    cmd = [
-        CLI,
-        "prep",
-        "docs",
-        "--out",
-        out,
-        "--spm",
-        model,
-        "--source",
-        f"books=txt:{d / 'books'}",
-        "--valid-fraction",
-        "0.2",
-        "--test-fraction",
-        "0.2",
-        "--workers",
-        "2",
-    ]
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    args = ["--out", out, "--spm", model, "--source", f"books=txt:{d / 'books'}", "--valid-fraction", "0.2",
+            "--test-fraction", "0.2", "--workers", "2"]  # fmt: skip
+    result = prep_docs(*args)
     assert result.returncode == 0, result.stdout + result.stderr
     dictionary = Dictionary.load(str(out / "dict.txt"))
     sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
@@ -485,7 +436,5 @@ def test_prep_docs_with_sentencepiece_writes_its_dictionary(corpus, tmp_path):
         for doc in read_documents(out, split):
             decoded.append("\n".join(sp.decode_pieces([dictionary[i] for i in p]) for p in doc))
     assert sorted(decoded) == sorted(b.strip() for b in books)
-    both = subprocess.run(
-        [str(c) for c in cmd + ["--encoder-json", d / "encoder.json"]], capture_output=True, text=True, cwd=ROOT
-    )
+    both = prep_docs(*args, "--encoder-json", d / "encoder.json")
     assert both.returncode == 2 and "either --spm or --encoder-json" in both.stderr
