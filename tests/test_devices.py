@@ -149,12 +149,17 @@ def padded_batch(dictionary):
     return x.to(META), glob.to(META)
 
 
+def token_head_model(dictionary, head: str, outputs: int, backend: str):
+    """A meta-device ``longformer_roberta`` with token head ``head``, and a padded batch with
+    a question marked global: ``(model, tokens, global_mask)``."""
+    model = roberta(dictionary)
+    model.register_token_head(head, outputs)
+    return (on_meta(model, backend), *padded_batch(dictionary))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_question_answering_head_and_criterion(dictionary, backend):
-    model = roberta(dictionary)
-    model.register_token_head(QA_HEAD, 2)
-    model = on_meta(model, backend)
-    x, glob = padded_batch(dictionary)
+    model, x, glob = token_head_model(dictionary, QA_HEAD, 2, backend)
     starts = torch.tensor([[10, 20], [-1, -1]]).to(META)
     document = torch.zeros(B, T, dtype=torch.bool)
     document[:, 6:] = True
@@ -173,10 +178,7 @@ def test_question_answering_head_and_criterion(dictionary, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_wikihop_head_and_criterion(dictionary, backend):
-    model = roberta(dictionary)
-    model.register_token_head(CANDIDATE_HEAD, 1)
-    model = on_meta(model, backend)
-    x, glob = padded_batch(dictionary)
+    model, x, glob = token_head_model(dictionary, CANDIDATE_HEAD, 1, backend)
     sample = {
         "net_input": {"src_tokens": x, "global_attention_mask": glob},
         "owner": torch.tensor([0, 0]).to(META),  # two chunks of one example
