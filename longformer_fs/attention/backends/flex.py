@@ -47,6 +47,7 @@ import torch.fx.experimental._config  # noqa: F401 (read by _compile_settings)
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 from ..spec import BandSpec, PositionTerm
+from .chunks import chunks_band_attention
 
 logger = logging.getLogger(__name__)
 
@@ -206,8 +207,6 @@ _FALLBACKS: dict[str, str] = {}  # why calls of a kind went to chunks, logged on
 
 
 def _fall_back(kind: str, reason: str, q, k, v, key_mask, spec, position):
-    from .chunks import chunks_band_attention
-
     if kind not in _FALLBACKS:
         _FALLBACKS[kind] = reason
         logger.warning("attention backend flex -> chunks for %s calls: %s", kind, reason)
