@@ -244,10 +244,13 @@ def flex_band_attention(
     fn, args = (band_plain, ()) if position is None else (band_relative, (position.query, position.table))
     if torch.compiler.is_compiling():  # inside the caller's own compiled graph: traced there
         return fn(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
+    # On CPU the eager path is chosen on purpose (see the module docstring): silence torch's
+    # advice to compile there only, keeping the per-call cost off the GPU path.
+    quiet = warnings.catch_warnings() if q.device.type != "cuda" else contextlib.nullcontext()
     try:
-        with warnings.catch_warnings(), _compile_settings():
-            # On CPU the eager path is chosen on purpose (see the module docstring).
-            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        with quiet, _compile_settings():
+            if q.device.type != "cuda":
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             return _runner(fn, q.device)(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
     except torch._dynamo.exc.FailOnRecompileLimitHit as err:
         reason = f"torch's recompile limit was reached, and eager FlexAttention would be dense ({err})"
