@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import cli
+from helpers import ROOT
 
 from longformer_fs.attention import available_backends, check_records, kernel_check
 from longformer_fs.attention.backends import choose_backend, get_backend
@@ -17,7 +18,6 @@ from longformer_fs.attention.backends import kernel as kernel_backend
 from longformer_fs.attention.kernel_check import Case, CaseResult, CheckReport, run_check, save_report
 from longformer_fs.attention.spec import BandSpec
 
-ROOT = Path(__file__).resolve().parents[1]
 needs_kernel = pytest.mark.skipif("kernel" not in available_backends(), reason="cuda_ext extension not built")
 SPEC = BandSpec(16, (1,), False, 0.125)
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 from oracle import oracle_attention
+from helpers import ROOT
 
 from longformer_fs.attention import LongformerSelfAttention, available_backends, band, banded_attention
 
-ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "cuda_ext"
 
 needs_kernel = pytest.mark.skipif("kernel" not in available_backends(), reason="cuda_ext extension not built")

@@ -5,7 +5,7 @@ streamed dump grows.
 Run as a script, this file writes a generated dump of a given size (for measuring peak
 memory by hand)::
 
-    python tests/test_wikitext.py /tmp/dump.xml.bz2 1000     # about 1,000 MB of XML, bzip2-compressed
+    python tests/data_prep/test_wikitext.py /tmp/dump.xml.bz2 1000     # about 1,000 MB of XML, bzip2-compressed
 """
 
 import bz2

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 STUB = {
     "apex/__init__.py": "",

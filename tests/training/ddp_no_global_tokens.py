@@ -1,4 +1,4 @@
-"""Run by tests/test_distributed.py under torchrun: two training steps of a real
+"""Run by tests/training/test_distributed.py under torchrun: two training steps of a real
 DistributedDataParallel (gloo, find_unused_parameters=False) over a Longformer layer
 whose batch has no global token.
 

@@ -117,7 +117,7 @@ def ddp_steps(globals_: str, touch: str) -> subprocess.CompletedProcess:
         "2",
         "--master_port",
         str(free_port()),
-        ROOT / "tests" / "ddp_no_global_tokens.py",
+        ROOT / "tests" / "training" / "ddp_no_global_tokens.py",
         globals_,
         touch,
     ]
