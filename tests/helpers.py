@@ -38,6 +38,13 @@ TINY_ROBERTA += ["--encoder-attention-heads", "4"]
 ON_CPU = ["--cpu", "--num-workers", "0"]
 
 
+# How the fine-tuning tests train: the tiny RoBERTa without dropout, Adam, in this process's
+# CPU; and a fine-tuning run of fairseq-train over them (``finetune_run``).
+FINETUNE_SIZES = [*TINY_ROBERTA, "--dropout", "0", "--attention-dropout", "0"]
+FINETUNE_COMMON = [*ON_CPU, "--log-format", "simple", "--seed", "1", "--no-epoch-checkpoints"]
+FINETUNE_COMMON += ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--user-dir", str(USER_DIR)]
+
+
 # ---------------------------------------------------------------- commands
 
 
@@ -158,3 +165,27 @@ def print_results(title: str, results: dict, row) -> None:
         print(title)
         for name, value in results.items():
             print(row(name, value))
+
+
+def pretrain_roberta(masked_lm_data: Path, dictionary: Path, save: Path, updates: int = 30) -> Path:
+    """The "released" RoBERTa of a fine-tuning test: ``updates`` masked-LM steps of the tiny
+    RoBERTa (128 positions) by fairseq-train on ``masked_lm_data`` (a binarized directory
+    whose dict is ``dictionary``). Returns ``save``, holding model.pt and dict.txt, as
+    ``convert-roberta`` reads them."""
+    run(BIN / "fairseq-train", masked_lm_data, "--task", "masked_lm", "--criterion", "masked_lm",
+        "--arch", "roberta", *FINETUNE_SIZES, "--max-positions", "128", "--tokens-per-sample", "128",
+        "--sample-break-mode", "none", "--lr", "1e-3", "--batch-size", "16", "--max-update", str(updates),
+        "--save-dir", save, "--disable-validation", *FINETUNE_COMMON)  # fmt: skip
+    (save / "checkpoint_last.pt").rename(save / "model.pt")
+    (save / "dict.txt").write_bytes(dictionary.read_bytes())
+    return save
+
+
+def finetune_run(data, save, *args, updates: int, lr: str = "1e-3") -> str:
+    """fairseq-train fine-tuning the tiny model on ``data`` for ``updates`` steps (batch 16,
+    linear warmup over a tenth then decay), validating once at the end: its log."""
+    return run(BIN / "fairseq-train", data, *FINETUNE_SIZES, *FINETUNE_COMMON, "--lr", lr, "--clip-norm", "1",
+               "--lr-scheduler", "polynomial_decay",
+               "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
+               "--max-update", str(updates), "--save-dir", save, "--validate-interval-updates", str(updates),
+               "--batch-size", "16", "--no-last-checkpoints", *args)  # fmt: skip

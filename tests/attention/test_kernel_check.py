@@ -5,12 +5,10 @@ CUDA side of `auto` is exercised with a simulated GPU name and build.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import cli
-from helpers import ROOT
 
 from longformer_fs.attention import available_backends, check_records, kernel_check
 from longformer_fs.attention.backends import choose_backend, get_backend

@@ -4,12 +4,11 @@ import itertools
 import shutil
 import subprocess
 import sysconfig
-from pathlib import Path
 
 import pytest
 import torch
-from oracle import oracle_attention
 from helpers import ROOT
+from oracle import oracle_attention
 
 from longformer_fs.attention import LongformerSelfAttention, available_backends, band, banded_attention
 

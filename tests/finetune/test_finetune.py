@@ -23,7 +23,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import BIN, ON_CPU, ROOT, TINY_ROBERTA, USER_DIR, last_logged, ok, print_results, run
+from helpers import ROOT, finetune_run, last_logged, ok, pretrain_roberta, print_results
 from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
@@ -32,9 +32,6 @@ FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]
 CODES = [f"Z{a}{b}" for a in "aeiou" for b in "kpst"]
 COLORS = ["red", "blue", "green", "black"]
 SIGNALS = ("zpos", "zneg")
-SIZES = [*TINY_ROBERTA, "--dropout", "0", "--attention-dropout", "0"]
-COMMON = [*ON_CPU, "--log-format", "simple", "--seed", "1", "--no-epoch-checkpoints"]
-COMMON += ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--user-dir", str(USER_DIR)]
 RESULTS = {}  # the miniature Table 8
 
 
@@ -143,13 +140,8 @@ def work(tmp_path_factory):
     ok("prep", "classification", "--train", tmp / "cls_train.jsonl", "--valid", tmp / "cls_valid.jsonl",
        *bpe, "--dict", tmp / "bpe" / "dict.txt", "--out", tmp / "cls")  # fmt: skip
     # The "released" RoBERTa: a short masked-LM run on the documents' text.
-    roberta = tmp / "roberta"
-    run(BIN / "fairseq-train", tmp / "cls" / "input0", "--task", "masked_lm", "--criterion", "masked_lm",
-        "--arch", "roberta", *SIZES, "--max-positions", "128", "--tokens-per-sample", "128",
-        "--sample-break-mode", "none", "--lr", "1e-3", "--batch-size", "16", "--max-update", "30",
-        "--save-dir", roberta, "--disable-validation", *COMMON)  # fmt: skip
-    (roberta / "checkpoint_last.pt").rename(roberta / "model.pt")
-    (roberta / "dict.txt").write_bytes((tmp / "bpe" / "dict.txt").read_bytes())
+    (tmp / "roberta").mkdir()
+    roberta = pretrain_roberta(tmp / "cls" / "input0", tmp / "bpe" / "dict.txt", tmp / "roberta")
     ok("convert-roberta", roberta, "--out", tmp / "converted", "--max-positions", "2048", "--window", "32")
     # WikiHop runs 128-token chunks; its new symbols get embedding rows.
     ok("convert-roberta", roberta, "--out", tmp / "converted_wikihop", "--max-positions", "128", "--window", "32",
@@ -157,12 +149,7 @@ def work(tmp_path_factory):
     return {"tmp": tmp, "bpe": bpe, "roberta": roberta}
 
 
-def finetune(data, save, *args, updates, lr="1e-3"):
-    return run(BIN / "fairseq-train", data, *SIZES, *COMMON, "--lr", lr, "--clip-norm", "1",
-               "--lr-scheduler", "polynomial_decay",
-               "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
-               "--max-update", str(updates), "--save-dir", save, "--validate-interval-updates", str(updates),
-               "--batch-size", "16", "--no-last-checkpoints", *args)  # fmt: skip
+finetune = finetune_run
 
 
 # ---------------------------------------------------------------- classification

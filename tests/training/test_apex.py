@@ -11,11 +11,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from helpers import ROOT
-
 
 STUB = {
     "apex/__init__.py": "",
