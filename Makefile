@@ -21,11 +21,12 @@
 #                  continued MLM pretraining at 4,096 tokens (recipes/mlm/): converts the
 #                  RoBERTa checkpoint once (longformer-fs convert-roberta), then trains;
 #                  rerunning resumes
-#   make finetune-imdb / finetune-hyperpartisan / finetune-triviaqa / finetune-wikihop
-#        MODEL=path/model.pt DATA=dir [SEEDS=5]
+#   make finetune-imdb / finetune-hyperpartisan / finetune-triviaqa / finetune-wikihop /
+#        finetune-hotpotqa / finetune-coref  MODEL=path/model.pt DATA=dir [SEEDS=5]
 #                  fine-tuning on a long-document task (recipes/finetune/), the schedule fitted
-#                  to DATA's size (from longformer-fs prep classification|qa|wikihop); prints
-#                  the best dev accuracy/F1 (mean and std over SEEDS), or EM/F1 for TriviaQA
+#                  to DATA's size (from longformer-fs prep classification|qa|wikihop|hotpotqa|
+#                  coref); prints the best dev accuracy/F1 (mean and std over SEEDS), or the
+#                  task's own evaluation (eval-qa, eval-hotpotqa, eval-coref) of each run
 #
 # Variables:
 #   PYTHON=python3        interpreter used to create the venv
@@ -184,13 +185,14 @@ summarize-arxiv: $(STAMP)
 		--encoder-json $(GPT2)/encoder.json --vocab-bpe $(GPT2)/vocab.bpe \
 		--out $(SUM_SAVE)/$(LED_SIZE)_16k/test_summaries.jsonl $(SUMMARIZE_ARGS)
 
-# Fine-tuning (paper §6): $(1) is a recipe in recipes/finetune/, $(2) the metric to report
-# (empty: score with eval-qa). The schedule is fitted to DATA's size by longformer_fs.recipes.
+# Fine-tuning (paper §6): $(1) is a recipe in recipes/finetune/, $(2) the metric fairseq
+# validates to report, or (when $(2) is empty) $(3) the longformer-fs command that scores
+# each run's best checkpoint on DATA (eval-qa, ...). The schedule is fitted to DATA's size by longformer_fs.recipes.
 # With SEEDS=n, run n seeds into FT_SAVE/$(1)/seedK and print the metric's mean and spread.
 MODEL ?=
 FT_SAVE ?= checkpoints/finetune
 SEEDS ?= 1
-FINETUNE_TASKS := imdb hyperpartisan triviaqa wikihop
+FINETUNE_TASKS := imdb hyperpartisan triviaqa wikihop hotpotqa coref
 define finetune_run
 finetune-$(1): $(STAMP)
 	@test -n "$(MODEL)" || { echo "error: set MODEL=path/model.pt, a longformer_roberta checkpoint" \
@@ -206,12 +208,14 @@ finetune-$(1): $(STAMP)
 		best="$$$$best $$$$save/checkpoint_best.pt"; \
 	done; \
 	if [ -n "$(2)" ]; then $(PY) -m longformer_fs.recipes seed-summary $(2) $$$$best; \
-	else for ckpt in $$$$best; do $(VENV)/bin/longformer-fs eval-qa $$$$ckpt --data $(DATA) || exit $$$$?; done; fi
+	else for ckpt in $$$$best; do $(VENV)/bin/longformer-fs $(3) $$$$ckpt --data $(DATA) || exit $$$$?; done; fi
 endef
 $(eval $(call finetune_run,imdb,accuracy))
 $(eval $(call finetune_run,hyperpartisan,f1))
-$(eval $(call finetune_run,triviaqa,))
+$(eval $(call finetune_run,triviaqa,,eval-qa))
 $(eval $(call finetune_run,wikihop,accuracy))
+$(eval $(call finetune_run,hotpotqa,,eval-hotpotqa))
+$(eval $(call finetune_run,coref,,eval-coref))
 
 install: $(STAMP)
 

@@ -31,6 +31,14 @@ COMMANDS = {
     ),
     "prep qa": ("longformer_fs.commands.prep_qa", "TriviaQA / SQuAD JSON as QA windows with gold answer positions"),
     "prep wikihop": ("longformer_fs.commands.prep_wikihop", "WikiHop as question+candidates prefix and context"),
+    "prep hotpotqa": (
+        "longformer_fs.commands.prep_hotpotqa",
+        "HotpotQA JSON (distractor setting) as [q] question [/q] [p] [s] sentence ... with answer and evidence labels",
+    ),
+    "prep coref": (
+        "longformer_fs.commands.prep_coref",
+        "CoNLL-2012 *_gold_conll files as documents with speakers, sentences and gold clusters",
+    ),
     "prep summarization": (
         "longformer_fs.commands.prep_summarization",
         "document/summary pairs (prep docs papers, arXiv/PubMed, JSONL) as fairseq translation data for LED",
@@ -39,6 +47,14 @@ COMMANDS = {
     "eval-qa": (
         "longformer_fs.commands.eval_qa",
         "exact match and F1 of a longformer_qa checkpoint on a prep qa split (answers cut from the text)",
+    ),
+    "eval-hotpotqa": (
+        "longformer_fs.commands.eval_hotpotqa",
+        "HotpotQA predictions (answer and supporting facts) of a longformer_hotpotqa checkpoint, with official EM/F1",
+    ),
+    "eval-coref": (
+        "longformer_fs.commands.eval_coref",
+        "MUC, B3, CEAF-phi4 and CoNLL F1 of a longformer_coref checkpoint on a prep coref split",
     ),
     "summarize": (
         "longformer_fs.commands.summarize",

@@ -89,7 +89,7 @@ def phase_settings(size: str, phase: int) -> CharLMPhase:
 
 # ---------------------------------------------------------------- fine-tuning
 
-FINETUNE_TASKS = ("imdb", "hyperpartisan", "triviaqa", "wikihop")
+FINETUNE_TASKS = ("imdb", "hyperpartisan", "triviaqa", "wikihop", "hotpotqa", "coref")
 # What `prep` kind each recipe reads, where its dictionary sits, and what it counts as one
 # training item (one item = one sequence of the paper's batch of 32).
 _FINETUNE_DATA = {
@@ -97,7 +97,11 @@ _FINETUNE_DATA = {
     "hyperpartisan": ("classification", "input0/dict.txt", "documents"),
     "triviaqa": ("qa", "dict.txt", "windows"),
     "wikihop": ("wikihop", "dict.txt", "examples"),
+    "hotpotqa": ("hotpotqa", "dict.txt", "examples"),
+    "coref": ("coref", "dict.txt", "documents"),
 }
+# The recipes whose inputs hold new vocabulary entries, which the model must have too.
+_NEW_TOKENS = {"wikihop": "[q],[/q],[ent],[/ent]", "hotpotqa": "[q],[/q],[p],[s]"}
 # Appendix B: the classification runs warm up over 10% of their steps; the QA recipes
 # keep their fixed warmup (Table 13).
 _WARMUP_FRACTION = {"imdb": 0.1, "hyperpartisan": 0.1}
@@ -174,9 +178,9 @@ def _check_dictionary(model: Path, data_dict: Path, name: str) -> None:
     model_dict = model.parent / "dict.txt"
     if model_dict.is_file() and model_dict.read_bytes() != data_dict.read_bytes():
         hint = (
-            "convert with `longformer-fs convert-roberta --add-tokens '[q],[/q],[ent],[/ent]'` and prepare the data "
+            f"convert with `longformer-fs convert-roberta --add-tokens '{_NEW_TOKENS[name]}'` and prepare the data "
             "with that dict.txt"
-            if name == "wikihop"
+            if name in _NEW_TOKENS
             else "prepare the data with --dict pointing at the model's dict.txt"
         )
         raise RecipeError(f"{data_dict} differs from the model's {model_dict}; {hint}")

@@ -72,28 +72,47 @@ class LongformerRobertaEncoder(RobertaEncoder):
 class LongformerRobertaModel(RobertaModel):
     """RoBERTa whose encoder reads long inputs through Longformer attention.
 
-    Besides RoBERTa's classification heads (on the first token), the model keeps token
-    heads: a linear map of every token's features, registered by the fine-tuning tasks
-    (extractive QA: 2 outputs, start and end; multiple choice: 1, at the candidates).
+    Besides RoBERTa's classification heads (on the first token), the model keeps the heads
+    the fine-tuning tasks register (``token_heads``, by name, the name being the key in
+    checkpoints): a linear map of every token's features (extractive QA: 2 outputs, start
+    and end; multiple choice: 1, at the candidates), or a module the task builds
+    (HotpotQA's evidence scorers, coreference's span scorer).
     """
 
     def __init__(self, args, encoder):
         super().__init__(args, encoder)
         self.token_heads = nn.ModuleDict()
 
-    def register_token_head(self, name: str, num_outputs: int) -> None:
-        if name in self.token_heads:
-            if self.token_heads[name].out_features != num_outputs:
+    @property
+    def embed_dim(self) -> int:
+        """The width ``C`` of the features heads read."""
+        return self.encoder.sentence_encoder.embed_tokens.embedding_dim
+
+    def register_token_head(self, name: str, head: int | nn.Module) -> nn.Module:
+        """Add head ``name`` unless the model has it, and return the model's head.
+
+        Args:
+            head: an output count (a linear map ``(B, T, C) -> (B, T, head)``, BERT-
+                initialised), or a module the task built, taking ``(..., C)`` features.
+        """
+        if isinstance(head, int):
+            if name in self.token_heads and self.token_heads[name].out_features != head:
                 raise ValueError(
-                    f"token head {name!r}: has {self.token_heads[name].out_features} outputs, asked for {num_outputs}"
+                    f"token head {name!r}: has {self.token_heads[name].out_features} outputs, asked for {head}"
                 )
-            return
-        head = nn.Linear(self.encoder.sentence_encoder.embed_tokens.embedding_dim, num_outputs)
-        init_bert_params(head)
-        self.token_heads[name] = head
+            linear = nn.Linear(self.embed_dim, head)
+            init_bert_params(linear)
+            head = linear
+        elif name in self.token_heads and type(self.token_heads[name]) is not type(head):
+            raise ValueError(
+                f"token head {name!r}: is a {type(self.token_heads[name]).__name__}, not a {type(head).__name__}"
+            )
+        if name not in self.token_heads:
+            self.token_heads[name] = head
+        return self.token_heads[name]
 
     def token_logits(self, name: str, features: torch.Tensor) -> torch.Tensor:
-        """``(B, T, C)`` features -> ``(B, T, num_outputs)`` logits of token head ``name``."""
+        """``(B, T, C)`` features -> ``(B, T, K)`` outputs of token head ``name``."""
         return self.token_heads[name](features)
 
     @staticmethod

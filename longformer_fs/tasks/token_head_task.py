@@ -2,8 +2,9 @@
 model gets a token head and takes its global attention from the batch (``longformer_qa``,
 ``longformer_wikihop``).
 
-A subclass names its ``prep`` command (for error messages), its head and the head's
-outputs; it reads a split's files with :meth:`load_parts` and builds its dataset.
+A subclass names its ``prep`` command (for error messages) and its head and the head's
+outputs, or several heads through :meth:`token_heads`; it reads a split's files with
+:meth:`load_parts` and builds its dataset.
 """
 
 from __future__ import annotations
@@ -105,8 +106,14 @@ class TokenHeadTask(FairseqTask):
         model = super().build_model(cfg, from_checkpoint)
         if not hasattr(model, "register_token_head"):
             raise ValueError(f"model: {type(model).__name__} has no token heads; use --arch longformer_roberta_*")
-        model.register_token_head(self.head, self.head_outputs)
+        for name, head in self.token_heads(model).items():
+            model.register_token_head(name, head)
         return model
+
+    def token_heads(self, model) -> dict:
+        """The heads this task's criterion reads: ``{name: outputs per token, or a module}``
+        (``model.embed_dim`` is the features' width)."""
+        return {self.head: self.head_outputs}
 
     def max_positions(self):
         return self.cfg.max_positions
