@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from longformer_fs.conventions import EOS, NUM_SPECIALS, SPECIAL_SYMBOLS
 
-from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, file_stamp, read_stats, up_to_date
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, file_stamp, previous_stats
 from .inputs import wrong_kind
 from .splits import assign_splits, split_key
 from .subword import SubwordSpec
@@ -262,8 +262,8 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    if up_to_date(out, KIND, inputs, {"input0", "label", "stats.json"}, force, log) is not None:
-        return read_stats(out)
+    if (previous := previous_stats(out, KIND, inputs, {"input0", "label", "stats.json"}, force, log)) is not None:
+        return previous
 
     given = {"input": cfg.input} if cfg.input is not None else {s: cfg.files[s] for s in SPLITS if s in cfg.files}
     read = {name: read_labelled(path, cfg) for name, path in given.items()}
@@ -315,9 +315,12 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
             "".join(f"{label} {train_counts[label]}\n" for label in labels), encoding="utf-8"
         )
         result = {"labels": labels, "report_length": cfg.report_length, "splits": stats}
-        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
         staging.publish(
-            KIND, inputs, labels=labels, splits={s: {"documents": v["documents"]} for s, v in stats.items()}
+            KIND,
+            inputs,
+            stats=result,
+            labels=labels,
+            splits={s: {"documents": v["documents"]} for s, v in stats.items()},
         )
     return result
 

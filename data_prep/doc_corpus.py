@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,20 +41,10 @@ from tqdm import tqdm
 from longformer_fs.conventions import EOS
 
 from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
-from .fairseq_dataset import (
-    SPLITS,
-    MmapWriter,
-    PrepError,
-    Staging,
-    aligned_table,
-    batched,
-    file_stamp,
-    read_stats,
-    up_to_date,
-    worker_pool,
-)
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .splits import SplitSpool, check_fractions, split_key
 from .subword import SubwordSpec
+from .tokenizer_pool import load_encoder, process_encoder, tokenizer_pool
 
 KIND = "docs"
 BATCH_DOCS = 64  # documents per tokenizer task
@@ -86,13 +75,6 @@ class SourceStats:
 
 # ---------------------------------------------------------------- worker side
 
-_WORKER: dict = {}
-
-
-def _init_worker(subword: SubwordSpec) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # processes are the parallelism
-    _WORKER["encoder"] = subword.load()
-
 
 def _tokenize(texts: list[str]) -> list[list[np.ndarray]]:
     """Per document, one id array per non-empty paragraph (no ``</s>`` yet)."""
@@ -103,7 +85,7 @@ def _tokenize(texts: list[str]) -> list[list[np.ndarray]]:
                 paragraphs.append(line)
                 owners.append(doc)
     out: list[list[np.ndarray]] = [[] for _ in texts]
-    for owner, ids in zip(owners, _WORKER["encoder"].encode(paragraphs), strict=True):
+    for owner, ids in zip(owners, process_encoder().encode(paragraphs), strict=True):
         out[owner].append(ids)
     return out
 
@@ -193,11 +175,10 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     out = Path(out)
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
     outputs = {"dict.txt", "stats.json", "papers.jsonl"} | {f"{s}.{e}" for s in SPLITS for e in ("bin", "idx")}
-    if up_to_date(out, KIND, inputs, outputs, force, log) is not None:
-        return read_stats(out)
+    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+        return previous
 
-    _init_worker(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs in-process
-    encoder = _WORKER["encoder"]
+    encoder = load_encoder(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs here
     # Every source gets a row, even one that yields nothing.
     stats: dict[str, SourceStats] = {spec.name: SourceStats() for spec in cfg.sources}
     skips: list[Skipped] = []
@@ -206,7 +187,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     with Staging(out) as staging:
         writer = _SplitWriter(staging.dir, encoder.dictionary_size)
         spool = SplitSpool(staging.dir / "documents.spool")
-        pool = worker_pool(cfg.workers, _init_worker, cfg.subword)
+        pool = tokenizer_pool(cfg.workers, cfg.subword)
         papers = open(staging.dir / "papers.jsonl", "w", encoding="utf-8")
         read_bar = tqdm(desc="read", unit=" docs", position=0)
         token_bar = tqdm(desc="tokenize", unit="B", unit_scale=True, position=1)
@@ -283,8 +264,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
                 "examples": [asdict(s) for s in skips[:50]],
             },
         }
-        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-        staging.publish(KIND, inputs, splits=result["splits"])
+        staging.publish(KIND, inputs, stats=result, splits=result["splits"])
     return result
 
 

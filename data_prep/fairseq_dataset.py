@@ -13,9 +13,8 @@ made from and what came out. This module holds what they share:
   manifest last, so an interrupted run never looks finished; a run that fails removes
   what it staged;
 - :class:`MmapWriter`, one fairseq mmap dataset written item by item;
-- :func:`file_stamp` (what a manifest records of an input file), :func:`batched`,
-  :func:`worker_pool`, and :func:`aligned_table`, the layout of the stats table each
-  command prints.
+- :func:`file_stamp` (what a manifest records of an input file), :func:`batched`, and
+  :func:`aligned_table`, the layout of the stats table each command prints.
 
 fairseq itself is imported only where a dataset is written (:class:`MmapWriter`): the
 spawn workers of ``prep docs`` import their readers through this module, and importing
@@ -26,9 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 import shutil
-import signal
 import struct
 from array import array
 from pathlib import Path
@@ -41,6 +38,7 @@ MANIFEST = "prep.json"
 # 2: one manifest layout for every preparation: {"format", "kind", "inputs", **outputs}.
 FORMAT_VERSION = 2
 STAGING = ".partial"
+STATS = "stats.json"  # what a preparation returned, kept for its reruns
 
 
 class PrepError(ValueError):
@@ -114,9 +112,12 @@ def up_to_date(out: Path, kind: str, inputs: dict, ours: Iterable[str], force: b
     return manifest
 
 
-def read_stats(out: Path) -> dict:
-    """The ``stats.json`` a finished preparation left in ``out`` (what it returned then)."""
-    return json.loads((Path(out) / "stats.json").read_text())
+def previous_stats(out: Path, kind: str, inputs: dict, ours: Iterable[str], force: bool, log=print) -> dict | None:
+    """:func:`up_to_date` for the preparations that keep a ``stats.json``: what the
+    finished run returned (its stats), or None when there is work to do."""
+    if up_to_date(out, kind, inputs, ours, force, log) is None:
+        return None
+    return json.loads((Path(out) / STATS).read_text())
 
 
 def file_stamp(path: Path) -> list:
@@ -131,22 +132,6 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
         yield batch
-
-
-def worker_pool(workers: int, initializer, *args):
-    """A pool of ``workers`` processes, each set up by ``initializer(*args)``; None for one worker.
-
-    Workers are spawned (tokenizers' Rust threads and fork do not mix) and ignore Ctrl-C:
-    the parent stops the run and its pool, with one message rather than one per worker.
-    """
-    if workers < 2:
-        return None
-    return multiprocessing.get_context("spawn").Pool(workers, _uninterrupted, (initializer, *args))
-
-
-def _uninterrupted(initializer, *args) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    initializer(*args)
 
 
 def aligned_table(rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> str:
@@ -188,13 +173,16 @@ class Staging:
         if self._created_out and self.out.is_dir() and not any(self.out.iterdir()):
             self.out.rmdir()
 
-    def publish(self, kind: str, inputs: dict, owned: Iterable[str] = (), **outputs) -> dict:
+    def publish(self, kind: str, inputs: dict, owned: Iterable[str] = (), stats: dict | None = None, **outputs) -> dict:
         """Move the staged files in and write the manifest; returns it.
 
         ``owned`` names the files this kind of preparation may write: those in ``out``
         that this run did not stage (a split an earlier run had) are removed, or they
-        would pass for this run's.
+        would pass for this run's. ``stats``, what the preparation returns, is kept as
+        ``stats.json`` for :func:`previous_stats`.
         """
+        if stats is not None:
+            (self.dir / STATS).write_text(json.dumps(stats, indent=2))
         manifest = {"format": FORMAT_VERSION, "kind": kind, "inputs": inputs, **outputs}
         staged = {path.name for path in self.dir.iterdir()}
         stale = [name for name in owned if name not in staged and (self.out / name).exists()]

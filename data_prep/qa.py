@@ -67,19 +67,8 @@ from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, EOS, TRIVIAQA
 
-from .fairseq_dataset import (
-    MANIFEST,
-    SPLITS,
-    MmapWriter,
-    PrepError,
-    Staging,
-    aligned_table,
-    batched,
-    file_stamp,
-    read_manifest,
-    read_stats,
-    up_to_date,
-)
+from . import fairseq_dataset
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
 from .subword import SubwordEncoder, SubwordSpec
@@ -414,10 +403,11 @@ def input_manifest(cfg: QaPrepConfig) -> dict:
 
 def prepared_format(data: Path) -> str:
     """The input format (``triviaqa`` or ``squad``) a finished ``prep qa`` run in ``data`` read."""
-    manifest = read_manifest(data)
+    manifest = fairseq_dataset.read_manifest(data)
     if manifest is None or manifest.get("kind") != KIND:
         raise PrepError(
-            f"{data}: no {MANIFEST} of a finished `prep qa` run; prepare the data with longformer-fs prep qa"
+            f"{data}: no {fairseq_dataset.MANIFEST} of a finished `prep qa` run; "
+            "prepare the data with longformer-fs prep qa"
         )
     return manifest["inputs"]["format"]
 
@@ -579,15 +569,16 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
         f"{s}.{name}" for s in SPLITS for name in [f"{f}.{e}" for f in ITEM_FILES for e in ("bin", "idx")]
     }
     outputs |= {f"{s}.{name}.jsonl" for s in SPLITS for name in ("windows", "examples")}
-    if up_to_date(out, KIND, inputs, outputs, force, log) is not None:
-        return read_stats(out)
+    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+        return previous
 
     with Staging(out) as staging:
         splits = {split: asdict(st) for split, st in _write_examples(cfg, encoder, staging.dir).items()}
         encoder.write_dictionary(staging.dir / "dict.txt")
         result = {"format": cfg.format, "max_tokens": cfg.max_tokens, "doc_stride": cfg.doc_stride, "splits": splits}
-        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-        staging.publish(KIND, inputs, owned=outputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()})
+        staging.publish(
+            KIND, inputs, stats=result, owned=outputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()}
+        )
     return result
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -51,21 +50,11 @@ from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, EOS, jsonl_records, split_sentences
 
-from .fairseq_dataset import (
-    SPLITS,
-    MmapWriter,
-    PrepError,
-    Staging,
-    aligned_table,
-    batched,
-    file_stamp,
-    read_stats,
-    up_to_date,
-    worker_pool,
-)
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import wrong_kind
 from .splits import SplitSpool, check_fractions, split_key
 from .subword import SubwordSpec
+from .tokenizer_pool import load_encoder, process_encoder, tokenizer_pool
 
 KIND = "summarization"
 SOURCE, TARGET = "source", "target"
@@ -256,17 +245,10 @@ def read_pairs(path: Path, split: str | None, cfg: SummarizationConfig) -> Itera
 
 # ---------------------------------------------------------------- tokenizing (worker side)
 
-_WORKER: dict = {}
-
-
-def _init_worker(subword: SubwordSpec) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # processes are the parallelism
-    _WORKER["encoder"] = subword.load()
-
 
 def _tokenize(texts: list[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per (source, target) text pair, their ids (no ``<s>``/``</s>``)."""
-    ids = _WORKER["encoder"].encode([text for pair in texts for text in pair])
+    ids = process_encoder().encode([text for pair in texts for text in pair])
     return list(zip(ids[0::2], ids[1::2], strict=True))
 
 
@@ -398,26 +380,25 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
     _check_config(cfg)
     # In the parent too, and first: bad tokenizer files fail here, before the manifest stamps
     # them; and workers=1 tokenizes in-process.
-    _init_worker(cfg.subword)
+    encoder = load_encoder(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs here
     out = Path(out)
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
     every_output = {"dict.source.txt", "dict.target.txt", "stats.json"}
     every_output |= {name for split in SPLITS for name in output_names(split)}
-    if up_to_date(out, KIND, inputs, every_output, force, log) is not None:
-        return read_stats(out)
+    if (previous := previous_stats(out, KIND, inputs, every_output, force, log)) is not None:
+        return previous
 
     if cfg.input is None:
         splits = tuple(s for s in SPLITS if s in cfg.files)
     else:
         splits = ("train",) + tuple(s for s in ("valid", "test") if getattr(cfg, f"{s}_fraction") > 0)
-    encoder = _WORKER["encoder"]
     dropped: list[Dropped] = []
     with Staging(out) as staging:
         writers = {split: _PairWriter(staging.dir, split, encoder.dictionary_size) for split in splits}
         dtype = writers["train" if "train" in writers else splits[0]].source.dtype
         # Pairs of one input to split wait on disk until every source is known (the split rule counts them).
         spool = SplitSpool(staging.dir / "pairs.spool") if cfg.input is not None else None
-        pool = worker_pool(cfg.workers, _init_worker, cfg.subword)
+        pool = tokenizer_pool(cfg.workers, cfg.subword)
         read_bar = tqdm(desc="read", unit=" lines", position=0)
         token_bar = tqdm(desc="tokenize", unit=" pairs", position=1)
         try:
@@ -474,10 +455,10 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
                 "examples": [asdict(d) for d in skipped[:REPORTED]],
             },
         }
-        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
         staging.publish(
             KIND,
             inputs,
+            stats=result,
             owned=every_output,
             splits={s: {k: st[k] for k in ("pairs", "source_tokens")} for s, st in result["splits"].items()},
         )

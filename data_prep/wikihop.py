@@ -45,17 +45,7 @@ from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_SYMBOLS
 
-from .fairseq_dataset import (
-    SPLITS,
-    MmapWriter,
-    PrepError,
-    Staging,
-    aligned_table,
-    batched,
-    file_stamp,
-    read_stats,
-    up_to_date,
-)
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
 from .subword import SubwordSpec
@@ -142,14 +132,14 @@ def _dictionary_symbols(path: Path) -> list[str]:
     return symbols
 
 
-def extend_dictionary(path: Path) -> tuple[dict[str, int], int]:
-    """Append the :data:`WIKIHOP_SYMBOLS` missing from ``dict.txt`` at ``path``.
+def extend_dictionary(path: Path, symbols: tuple[str, ...] = WIKIHOP_SYMBOLS) -> tuple[dict[str, int], int]:
+    """Append the ``symbols`` (a task's markers) missing from ``dict.txt`` at ``path``.
 
     Returns:
         Each symbol's model id, and the dictionary's size (fairseq's specials included).
     """
-    symbols = _dictionary_symbols(path)
-    missing = [s for s in WIKIHOP_SYMBOLS if s not in symbols]
+    added, symbols = symbols, _dictionary_symbols(path)
+    missing = [s for s in added if s not in symbols]
     if missing:
         text = Path(path).read_text(encoding="utf-8")
         if text and not text.endswith("\n"):
@@ -157,7 +147,7 @@ def extend_dictionary(path: Path) -> tuple[dict[str, int], int]:
         Path(path).write_text(text + "".join(f"{s} 1\n" for s in missing), encoding="utf-8")
         symbols += missing
     index = {symbol: NUM_SPECIALS + i for i, symbol in enumerate(symbols)}
-    return {s: index[s] for s in WIKIHOP_SYMBOLS}, NUM_SPECIALS + len(symbols)
+    return {s: index[s] for s in added}, NUM_SPECIALS + len(symbols)
 
 
 def build_prefix(question_ids: np.ndarray, candidate_ids: list[np.ndarray], ids: dict[str, int]) -> np.ndarray:
@@ -220,10 +210,12 @@ def _check_config(cfg: WikihopConfig) -> None:
         raise PrepError(f"--max-tokens: must be at least 2, got {cfg.max_tokens}")
 
 
-def read_splits(cfg: WikihopConfig) -> dict[str, list[WikihopExample]]:
-    """The examples of each split: those of its file, or of ``input`` as the split rule places them by id."""
+def read_splits(cfg: WikihopConfig, reader=read_wikihop) -> dict[str, list]:
+    """The examples of each split: those of its file, or of ``input`` as the split rule places them by id.
+
+    ``reader`` reads one file into examples with an ``id`` (``prep hotpotqa`` passes its own)."""
     given = {"input": cfg.input} if cfg.input is not None else {s: cfg.files[s] for s in SPLITS if s in cfg.files}
-    read = {name: read_wikihop(path) for name, path in given.items()}
+    read = {name: reader(path) for name, path in given.items()}
     for name, examples in read.items():
         if not examples:
             raise PrepError(f"--{name}: {given[name]} holds no example")
@@ -252,8 +244,8 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
     names = [f"{f}.{e}" for f in ("prefix", "context", "label") for e in ("bin", "idx")] + ["examples.jsonl"]
     outputs = {"dict.txt", "stats.json"} | {f"{s}.{n}" for s in SPLITS for n in names}
-    if up_to_date(out, KIND, inputs, outputs, force, log) is not None:
-        return read_stats(out)
+    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+        return previous
 
     data = read_splits(cfg)
     stats = {}
@@ -269,8 +261,9 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
                 staging.dir, split, examples, source, encoder, symbol_ids, dictionary_size, cfg.max_tokens, bar
             )
         result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
-        (staging.dir / "stats.json").write_text(json.dumps(result, indent=2))
-        staging.publish(KIND, inputs, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()})
+        staging.publish(
+            KIND, inputs, stats=result, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()}
+        )
     return result
 
 

@@ -140,6 +140,19 @@ struct MicroKernel<float, MR, kAccumulate> {
 #undef LFS_ROWS
 #endif
 
+// The last rows < kRows of a gemm: the micro-kernel of exactly that many rows, its row
+// count a template argument (the compiler unrolls each), picked at run time.
+template <typename T, bool kAccumulate, int R = kRows - 1>
+void row_tail(int64_t rows, int64_t K, const T* a, int64_t a_rs, int64_t a_ks, const T* b, int64_t ldb, T* c,
+              int64_t ldc) {
+  if constexpr (R > 0) {
+    if (rows == R)
+      MicroKernel<T, R, kAccumulate>::run(K, a, a_rs, a_ks, b, ldb, c, ldc);
+    else
+      row_tail<T, kAccumulate, R - 1>(rows, K, a, a_rs, a_ks, b, ldb, c, ldc);
+  }
+}
+
 // C[M x N] (+)= A[M x K] * B[K x N]; N % kAlign == 0, any M.
 template <typename T, bool kAccumulate>
 void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t ldb, T* C,
@@ -150,25 +163,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_k
       MicroKernel<T, kRows, kAccumulate>::run(K, A + i * a_rs, a_rs, a_ks, B + j, ldb, C + i * ldc + j, ldc);
     const T* a = A + i * a_rs;
     T* c = C + i * ldc + j;
-    switch (M - i) {  // row tail
-      case 5:
-        MicroKernel<T, 5, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
-        break;
-      case 4:
-        MicroKernel<T, 4, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
-        break;
-      case 3:
-        MicroKernel<T, 3, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
-        break;
-      case 2:
-        MicroKernel<T, 2, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
-        break;
-      case 1:
-        MicroKernel<T, 1, kAccumulate>::run(K, a, a_rs, a_ks, B + j, ldb, c, ldc);
-        break;
-      default:
-        break;
-    }
+    row_tail<T, kAccumulate>(M - i, K, a, a_rs, a_ks, B + j, ldb, c, ldc);
   }
 }
 

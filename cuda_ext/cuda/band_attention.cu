@@ -605,34 +605,32 @@ int64_t cuda_dtable_slots(const BandProblem& p, const Launch&) {
   return chunks;
 }
 
-int cuda_forward(const BandProblem& p, DType t, const BandInputs& in, const ForwardOutputs& o, const Launch& l) {
-  auto s = static_cast<cudaStream_t>(l.stream);
+// f(Storage{}, Accumulator{}) for the element type t: the only place a DType becomes a type.
+template <typename F>
+int with_types(DType t, F&& f) {
   switch (t) {
     case DType::f32:
-      return forward_typed<float, float>(p, in, o, s);
+      return f(float{}, float{});
     case DType::f64:
-      return forward_typed<double, double>(p, in, o, s);
+      return f(double{}, double{});
     case DType::f16:
-      return forward_typed<__half, float>(p, in, o, s);
+      return f(__half{}, float{});
     case DType::bf16:
-      return forward_typed<__nv_bfloat16, float>(p, in, o, s);
+      return f(__nv_bfloat16{}, float{});
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
+int cuda_forward(const BandProblem& p, DType t, const BandInputs& in, const ForwardOutputs& o, const Launch& l) {
+  return with_types(t, [&](auto storage, auto accumulator) {
+    return forward_typed<decltype(storage), decltype(accumulator)>(p, in, o, static_cast<cudaStream_t>(l.stream));
+  });
+}
+
 int cuda_backward(const BandProblem& p, DType t, const BandInputs& in, const BackwardArgs& a, const Launch& l) {
-  auto s = static_cast<cudaStream_t>(l.stream);
-  switch (t) {
-    case DType::f32:
-      return backward_typed<float, float>(p, in, a, s);
-    case DType::f64:
-      return backward_typed<double, double>(p, in, a, s);
-    case DType::f16:
-      return backward_typed<__half, float>(p, in, a, s);
-    case DType::bf16:
-      return backward_typed<__nv_bfloat16, float>(p, in, a, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return with_types(t, [&](auto storage, auto accumulator) {
+    return backward_typed<decltype(storage), decltype(accumulator)>(p, in, a, static_cast<cudaStream_t>(l.stream));
+  });
 }
 
 }  // namespace
