@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from longformer_fs.conversion.bart import convert_bart
+
+from .options import add_conversion_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,8 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "projections, and the model config gets --window. Nothing else changes (the decoder is BART's), so "
         "with a window as wide as the source the result equals BART."
     )
-    parser.add_argument("bart", type=Path, help="BART model.pt, or the directory holding model.pt and dict.txt")
-    parser.add_argument("--out", type=Path, required=True, help="output directory (model.pt and dict.txt)")
+    add_conversion_arguments(
+        parser,
+        "bart",
+        "BART model.pt, or the directory holding model.pt and dict.txt",
+        "output directory (model.pt and dict.txt)",
+    )
     parser.add_argument(
         "--max-source-positions",
         type=int,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from longformer_fs.conversion.roberta import convert_roberta
+
+from .options import add_conversion_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,8 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "layer's q/k/v are copied into the global projections, and the model config gets --window. "
         "Nothing else changes, so with a window as wide as the input the result equals RoBERTa."
     )
-    parser.add_argument("roberta", type=Path, help="RoBERTa model.pt, or the directory holding model.pt and dict.txt")
-    parser.add_argument("--out", type=Path, required=True, help="output directory (model.pt and dict.txt)")
+    add_conversion_arguments(
+        parser,
+        "roberta",
+        "RoBERTa model.pt, or the directory holding model.pt and dict.txt",
+        "output directory (model.pt and dict.txt)",
+    )
     parser.add_argument(
         "--max-positions",
         type=int,

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from longformer_fs.evaluation.char_lm import score_checkpoint
 
-from .options import add_device_argument
+from .options import add_device_argument, add_evaluation_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,9 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "by --step and scores only its last --step characters (the first scores all it covers), so "
         "every character of the split is scored exactly once; the count is checked."
     )
-    parser.add_argument("checkpoint", type=Path, help="a longformer_lm checkpoint (checkpoint_last.pt, ...)")
-    parser.add_argument("--data", type=Path, required=True, help="directory made by `longformer-fs prep`")
-    parser.add_argument("--split", default="test", help="split to score")
+    add_evaluation_arguments(
+        parser,
+        "a longformer_lm checkpoint (checkpoint_last.pt, ...)",
+        "directory made by `longformer-fs prep`",
+        split="test",
+    )
     parser.add_argument("--window", type=int, default=32256, help="characters per window (paper: 32256)")
     parser.add_argument("--step", type=int, default=512, help="characters scored per window (paper: 512)")
     parser.add_argument("--batch-size", type=int, default=1, help="windows per forward pass")

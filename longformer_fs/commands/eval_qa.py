@@ -12,7 +12,7 @@ from longformer_fs.evaluation.checkpoint import load_model
 from longformer_fs.evaluation.qa import predict_answers, score_split
 from longformer_fs.evaluation.qa_metrics import NORMALIZATIONS
 
-from .options import add_device_argument
+from .options import add_device_argument, add_evaluation_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "spaces). TriviaQA is also scored per question (the best answer over the question's entity pages, the "
         "official Wikipedia setting). Examples without a predicted answer, or without an answer in the text, score 0."
     )
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint fine-tuned with --task longformer_qa")
-    parser.add_argument("--data", type=Path, required=True, help="the `prep qa` directory")
-    parser.add_argument("--split", default="valid", help="the split to score")
+    add_evaluation_arguments(parser, "a checkpoint fine-tuned with --task longformer_qa", "the `prep qa` directory")
     parser.add_argument(
         "--max-answer-tokens", type=int, default=None, help="the longest answer (default: the task's, 30)"
     )

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from longformer_fs.conversion.hf import export_hf
 
+from .options import add_conversion_arguments
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -19,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config.json (attention_window = 2w per layer), the weights and, with --tokenizer, a tokenizer "
         "whose ids are the model's. Dilated or causal models have no HF counterpart and are refused."
     )
-    parser.add_argument("checkpoint", type=Path, help="a longformer_roberta or led checkpoint (.pt)")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    add_conversion_arguments(parser, "checkpoint", "a longformer_roberta or led checkpoint (.pt)", "output directory")
     parser.add_argument(
         "--tokenizer",
         type=Path,

@@ -2,6 +2,9 @@
 
 - :func:`add_output_arguments`: ``--out`` and ``--force`` of the ``prep`` commands that
   build a dataset directory;
+- :func:`add_evaluation_arguments`: the checkpoint, ``--data`` and ``--split`` of the
+  ``eval-*`` commands; :func:`add_conversion_arguments`: the checkpoint and ``--out`` of
+  the commands that write a converted model;
 - :func:`split_files`: the ``--train/--valid/--test`` files given;
 - :func:`run_preparation`: run a preparation, timed, and print its stats table;
   :func:`print_done` closes its report;
@@ -23,6 +26,21 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     """``--out`` (required) and ``--force``, for a preparation that rebuilds only what changed."""
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+
+
+def add_evaluation_arguments(
+    parser: argparse.ArgumentParser, checkpoint_help: str, data_help: str, split: str = "valid"
+) -> None:
+    """``CHECKPOINT --data DIR [--split NAME]``: a checkpoint scored on a prepared split."""
+    parser.add_argument("checkpoint", type=Path, help=checkpoint_help)
+    parser.add_argument("--data", type=Path, required=True, help=data_help)
+    parser.add_argument("--split", default=split, help="the split to score")
+
+
+def add_conversion_arguments(parser: argparse.ArgumentParser, source: str, source_help: str, out_help: str) -> None:
+    """``SOURCE --out DIR``: a checkpoint read, and the directory its conversion is written to."""
+    parser.add_argument(source, type=Path, help=source_help)
+    parser.add_argument("--out", type=Path, required=True, help=out_help)
 
 
 def split_files(args: argparse.Namespace) -> dict[str, Path]:
