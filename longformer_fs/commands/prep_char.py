@@ -8,7 +8,7 @@ from pathlib import Path
 
 from data_prep.char_corpus import prepare
 
-from .options import comma_triple
+from .options import add_output_arguments, comma_triple
 
 _sizes = comma_triple(int, lambda sizes: min(sizes) >= 1, "byte counts")
 
@@ -20,7 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "newlines included; no end-of-sentence tokens are added, so BPC counts exactly the bytes "
         "of a split. Running it again with the same inputs does nothing."
     )
-    parser.add_argument("--out", type=Path, required=True, help="output directory (data-bin style)")
     parser.add_argument(
         "--zip",
         type=Path,
@@ -38,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="TRAIN,VALID,TEST byte counts (default: 90000000,5000000,5000000)",
     )
-    parser.add_argument("--force", action="store_true", help="redo the preparation / write into a used directory")
+    add_output_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
