@@ -44,7 +44,7 @@ from longformer_fs.conventions import EOS, NUM_SPECIALS, SPECIAL_SYMBOLS
 
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, file_stamp, previous_stats
 from .inputs import wrong_kind
-from .splits import assign_splits, split_key
+from .splits import assign_splits, check_split_inputs, split_key
 from .subword import SubwordSpec
 
 KIND = "classification"
@@ -220,13 +220,7 @@ def input_manifest(cfg: ClassificationConfig) -> dict:
 
 
 def _check_config(cfg: ClassificationConfig) -> None:
-    if cfg.input is not None and cfg.files:
-        raise PrepError("give either --input (split by --split) or --train/--valid/--test files, not both")
-    if cfg.input is None and "train" not in cfg.files:
-        raise PrepError("give --train (and --valid/--test), or one --input to split")
-    for option, path in [("--input", cfg.input)] + [(f"--{s}", p) for s, p in cfg.files.items()]:
-        if path is not None and not Path(path).is_file():
-            raise PrepError(f"{option}: {path} not found")
+    check_split_inputs(cfg.files, cfg.input, need_train=True)
     if cfg.input is not None:
         if len(cfg.split_weights) != 3 or min(cfg.split_weights) < 0 or cfg.split_weights[0] <= 0:
             raise PrepError(f"--split: need TRAIN,VALID,TEST weights >= 0 with TRAIN > 0, got {cfg.split_weights}")

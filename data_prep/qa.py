@@ -70,7 +70,7 @@ from longformer_fs.conventions import BOS, EOS, TRIVIAQA
 from . import fairseq_dataset
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
-from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
+from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
 from .subword import SubwordEncoder, SubwordSpec
 
 KIND = "qa"
@@ -415,18 +415,7 @@ def prepared_format(data: Path) -> str:
 def _check_config(cfg: QaPrepConfig) -> None:
     if cfg.format not in FORMATS:
         raise PrepError(f"--format: {cfg.format!r} is not one of {', '.join(FORMATS)}")
-    if cfg.input is not None and cfg.files:
-        raise PrepError("give either --input (split by the fractions) or --train/--valid/--test files, not both")
-    if cfg.input is None and not cfg.files:
-        raise PrepError("give at least one of --train, --valid, --test, or one --input to split")
-    unknown = set(cfg.files) - set(SPLITS)
-    if unknown:
-        raise PrepError(f"splits: {', '.join(sorted(unknown))} is not one of {', '.join(SPLITS)}")
-    for option, path in [(f"--{split}", path) for split, path in cfg.files.items()] + [("--input", cfg.input)]:
-        if path is not None and not Path(path).is_file():
-            raise PrepError(f"{option}: {path} not found")
-    if cfg.input is not None:
-        check_fractions(cfg.valid_fraction, cfg.test_fraction)
+    check_split_inputs(cfg.files, cfg.input, cfg.valid_fraction, cfg.test_fraction)
     if cfg.format == "triviaqa":
         if cfg.evidence is None:
             raise PrepError("--evidence: required with --format triviaqa (the directory holding wikipedia/)")

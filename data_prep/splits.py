@@ -48,6 +48,38 @@ def check_fractions(valid_fraction: float, test_fraction: float) -> None:
         raise PrepError("--valid-fraction/--test-fraction: need two fractions in [0, 1) summing below 1")
 
 
+def check_split_inputs(
+    files: dict,
+    input: Path | None,
+    valid_fraction: float | None = None,
+    test_fraction: float | None = None,
+    need_train: bool = False,
+) -> None:
+    """PrepError unless a preparation was given either split files or one file to split.
+
+    Args:
+        files: ``{split: path}`` of ``--train/--valid/--test``; each must exist.
+        input: ``--input``, the one file to split (by the fractions, when given).
+        need_train: split files must include ``--train`` (a classifier has nothing to
+            learn from otherwise).
+    """
+    if input is not None and files:
+        raise PrepError("give either --input (one file to split) or --train/--valid/--test files, not both")
+    if input is None and (not files or (need_train and "train" not in files)):
+        wanted = "--train (and --valid/--test)" if need_train else "at least one of --train, --valid, --test"
+        raise PrepError(f"give {wanted}, or one --input to split")
+    for split, path in files.items():
+        if split not in SPLITS:
+            raise PrepError(f"splits: {split!r} is not one of {', '.join(SPLITS)}")
+        if not Path(path).is_file():
+            raise PrepError(f"--{split}: {path} not found")
+    if input is not None:
+        if not Path(input).is_file():
+            raise PrepError(f"--input: {input} not found")
+        if valid_fraction is not None:
+            check_fractions(valid_fraction, test_fraction)
+
+
 def split_sizes(
     total: int, valid_fraction: float, test_fraction: float, unit: str = "documents", remedy: str = FRACTIONS_REMEDY
 ) -> dict[str, int]:

@@ -52,7 +52,7 @@ from longformer_fs.conventions import BOS, EOS, jsonl_records, split_sentences
 
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import wrong_kind
-from .splits import SplitSpool, check_fractions, split_key
+from .splits import SplitSpool, check_split_inputs, split_key
 from .subword import SubwordSpec
 from .tokenizer_pool import load_encoder, process_encoder, tokenizer_pool
 
@@ -358,17 +358,7 @@ def _check_config(cfg: SummarizationConfig) -> None:
     _, source_field, target_field = cfg.fields()
     if source_field is None or target_field is None:
         raise PrepError(f"--format {cfg.input_format}: name the fields with --source-field and --target-field")
-    unknown = sorted(set(cfg.files) - set(SPLITS))
-    if unknown:
-        raise PrepError(f"inputs: unknown splits {', '.join(unknown)}; expected {', '.join(SPLITS)}")
-    if cfg.input is not None and cfg.files:
-        raise PrepError("--input: give either --input (split by fractions) or --train/--valid/--test files, not both")
-    if cfg.input is None and not cfg.files:
-        raise PrepError("inputs: give --train/--valid/--test files (at least one), or --input to split")
-    for split, path in cfg.inputs().items():
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"--{split or 'input'}: {path} not found")
-    check_fractions(cfg.valid_fraction, cfg.test_fraction)
+    check_split_inputs(cfg.files, cfg.input, cfg.valid_fraction, cfg.test_fraction)
     if cfg.max_source_tokens < 3 or cfg.max_target_tokens < 2:
         raise PrepError("--max-source-tokens/--max-target-tokens: need room for one token besides <s>/</s>")
     if cfg.workers < 1:

@@ -47,7 +47,7 @@ from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_SYMBOLS
 
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
-from .splits import FRACTIONS_REMEDY, assign_splits, check_fractions, split_key
+from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
 from .subword import SubwordSpec
 
 KIND = "wikihop"
@@ -192,20 +192,9 @@ def input_manifest(cfg: WikihopConfig) -> dict:
     }
 
 
-def _check_config(cfg: WikihopConfig) -> None:
-    if cfg.input is not None and cfg.files:
-        raise PrepError("give either --input (split by the fractions) or --train/--valid/--test files, not both")
-    if cfg.input is None and not cfg.files:
-        raise PrepError("give at least one of --train, --valid, --test, or one --input to split")
-    for split, path in cfg.files.items():
-        if split not in SPLITS:
-            raise PrepError(f"splits: {split!r} is not one of {', '.join(SPLITS)}")
-        if not Path(path).is_file():
-            raise PrepError(f"--{split}: {path} not found")
-    if cfg.input is not None:
-        if not Path(cfg.input).is_file():
-            raise PrepError(f"--input: {cfg.input} not found")
-        check_fractions(cfg.valid_fraction, cfg.test_fraction)
+def check_config(cfg: WikihopConfig) -> None:
+    """PrepError for inputs and options this preparation (or prep hotpotqa, alike) cannot take."""
+    check_split_inputs(cfg.files, cfg.input, cfg.valid_fraction, cfg.test_fraction)
     if cfg.max_tokens < 2:
         raise PrepError(f"--max-tokens: must be at least 2, got {cfg.max_tokens}")
 
@@ -238,7 +227,7 @@ def read_splits(cfg: WikihopConfig, reader=read_wikihop) -> dict[str, list]:
 
 def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=print) -> dict:
     """Build the dataset in ``out``; returns the stats (also in ``out/stats.json``)."""
-    _check_config(cfg)
+    check_config(cfg)
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it

@@ -272,7 +272,7 @@ def test_clear_errors(bpe, pairs_jsonl, tmp_path, capsys):
         (["--format", "arxiv", "--train", path], "no line has the fields 'article_text' and 'abstract_text'"),
         (["--format", "jsonl", "--input", path, *fields, "--no-truncate", "--max-source-tokens", max(sizes) - 1], over),
         (["--format", "jsonl", "--train", path], "name the fields with --source-field and --target-field"),
-        (["--format", "papers"], "give --train/--valid/--test"),
+        (["--format", "papers"], "give at least one of --train, --valid, --test, or one --input"),
         (["--format", "papers", "--train", path, "--input", path], "not both"),
         (["--format", "papers", "--train", tmp_path / "missing.jsonl"], "missing.jsonl not found"),
         (["--format", "jsonl", "--train", path, *fields, "--out", tmp_path / "used"], "did not write (notes.txt)"),
