@@ -27,6 +27,8 @@
 #                  to DATA's size (from longformer-fs prep classification|qa|wikihop|hotpotqa|
 #                  coref); prints the best dev accuracy/F1 (mean and std over SEEDS), or the
 #                  task's own evaluation (eval-qa, eval-hotpotqa, eval-coref) of each run
+#   make finetune-hotpotqa-two-stage MODEL=... DATA=dir HOTPOT_TRAIN=json HOTPOT_VALID=json GPT2=dir
+#                  HotpotQA's two-stage variant: evidence model, then answers from its paragraphs
 #
 # Variables:
 #   PYTHON=python3        interpreter used to create the venv
@@ -103,7 +105,7 @@ CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
 .PHONY: help install test lint format info demo clean-venv eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
-	$(foreach t,$(FINETUNE_TASKS),finetune-$(t)) \
+	$(foreach t,$(FINETUNE_TASKS),finetune-$(t)) finetune-hotpotqa-two-stage \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
 help:
@@ -216,6 +218,37 @@ $(eval $(call finetune_run,triviaqa,,eval-qa))
 $(eval $(call finetune_run,wikihop,accuracy))
 $(eval $(call finetune_run,hotpotqa,,eval-hotpotqa))
 $(eval $(call finetune_run,coref,,eval-coref))
+
+# HotpotQA's two-stage variant (paper §6.1): stage 1 trains the evidence scorers
+# (hotpotqa_evidence.yaml) on DATA; its --evidence-paragraphs best paragraphs of every train
+# and valid question rebuild the data from the raw JSON (HOTPOT_TRAIN, HOTPOT_VALID, with
+# GPT2's BPE) through prep hotpotqa --evidence; stage 2 (hotpotqa_answer.yaml) trains on
+# that and eval-hotpotqa scores it. Everything goes to FT_SAVE/hotpotqa_{evidence,answer}.
+HOTPOT_TRAIN ?=
+HOTPOT_VALID ?=
+HOTPOT_MAX_TOKENS ?= 4096
+finetune-hotpotqa-two-stage: $(STAMP)
+	@test -n "$(MODEL)" -a -f "$(HOTPOT_TRAIN)" -a -f "$(HOTPOT_VALID)" -a -f "$(GPT2)/encoder.json" || { echo \
+		"error: set MODEL=path/model.pt, DATA=dir (prep hotpotqa), HOTPOT_TRAIN= and HOTPOT_VALID= (the JSON" \
+		"DATA was prepared from) and GPT2=dir (encoder.json, vocab.bpe)"; exit 2; }
+	@overrides=$$($(PY) -m longformer_fs.recipes finetune-overrides hotpotqa $(DATA) --nproc $(NPROC) \
+		--model $(MODEL)) || exit 2; \
+	evidence=$(abspath $(FT_SAVE)/hotpotqa_evidence); answer=$(abspath $(FT_SAVE)/hotpotqa_answer); \
+	echo ">> stage 1: recipes/finetune/hotpotqa_evidence.yaml -> $$evidence ($$overrides)"; \
+	$(HYDRA_TRAIN) --config-dir recipes/finetune --config-name hotpotqa_evidence task.data=$(abspath $(DATA)) \
+		checkpoint.save_dir=$$evidence checkpoint.finetune_from_model=$(abspath $(MODEL)) \
+		$$overrides $(HYDRA_ARGS) || exit $$?; \
+	for split in train valid; do $(VENV)/bin/longformer-fs eval-hotpotqa $$evidence/checkpoint_best.pt \
+		--data $(DATA) --split $$split --write-evidence $$evidence/$$split.evidence.json || exit $$?; done; \
+	$(VENV)/bin/longformer-fs prep hotpotqa --train $(HOTPOT_TRAIN) --valid $(HOTPOT_VALID) \
+		--evidence $$evidence/train.evidence.json $$evidence/valid.evidence.json --dict $(DATA)/dict.txt \
+		--encoder-json $(GPT2)/encoder.json --vocab-bpe $(GPT2)/vocab.bpe --max-tokens $(HOTPOT_MAX_TOKENS) \
+		--out $$answer/data || exit $$?; \
+	echo ">> stage 2: recipes/finetune/hotpotqa_answer.yaml -> $$answer"; \
+	$(HYDRA_TRAIN) --config-dir recipes/finetune --config-name hotpotqa_answer task.data=$$answer/data \
+		checkpoint.save_dir=$$answer checkpoint.finetune_from_model=$(abspath $(MODEL)) \
+		$$overrides $(HYDRA_ARGS) || exit $$?; \
+	$(VENV)/bin/longformer-fs eval-hotpotqa $$answer/checkpoint_best.pt --data $$answer/data
 
 install: $(STAMP)
 

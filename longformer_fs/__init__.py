@@ -91,8 +91,8 @@ def _fairseq_loaded(fairseq):
                 root.removeHandler(handler)
     # fairseq auto-imports only models/ and tasks/ of a user dir, and none of them when the
     # package was imported before (say by `python -m longformer_fs.launch`): import all
-    # three here, or the criterions' registrations, or all of them, never happen.
-    from . import criterions, models, tasks  # noqa: F401
+    # of them here, or the criterions' and the schedule's registrations, or all, never happen.
+    from . import criterions, lr_scheduler, models, tasks  # noqa: F401
 
 
 _WHEN_IMPORTED = _WhenImported()

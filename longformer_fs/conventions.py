@@ -90,6 +90,10 @@ def dictionary_size(dict_txt: Path) -> int:
 # by the ``longformer_wikihop`` task: ``<s> [q] question [/q] [ent] c1 [/ent] ...``.
 WIKIHOP_SYMBOLS = ("[q]", "[/q]", "[ent]", "[/ent]")
 
+# HotpotQA's markers (paper, Appendix B), appended by ``prep hotpotqa`` and required by the
+# ``longformer_hotpotqa`` task: ``<s> [q] question [/q] [p] title [s] sentence [s] ... [p] ...``.
+HOTPOTQA_SYMBOLS = ("[q]", "[/q]", "[p]", "[s]")
+
 # ---------------------------------------------------------------- answer normalisation
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

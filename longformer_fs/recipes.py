@@ -103,9 +103,11 @@ _FINETUNE_DATA = {
 # The recipes whose inputs hold new vocabulary entries, which the model must have too.
 _NEW_TOKENS = {"wikihop": "[q],[/q],[ent],[/ent]", "hotpotqa": "[q],[/q],[p],[s]"}
 # Appendix B: the classification runs warm up over 10% of their steps; the QA recipes
-# keep their fixed warmup (Table 13).
-_WARMUP_FRACTION = {"imdb": 0.1, "hyperpartisan": 0.1}
+# keep their fixed warmup (Table 13). Coreference follows Joshi et al.'s implementation:
+# 10% warmup, one document per update.
+_WARMUP_FRACTION = {"imdb": 0.1, "hyperpartisan": 0.1, "coref": 0.1}
 PAPER_BATCH = 32
+_PAPER_BATCH = {"coref": 1}
 
 
 class RecipeError(ValueError):
@@ -123,9 +125,9 @@ def finetune_overrides(name: str, data: Path, nproc: int = 1, model: Path | None
     """Hydra overrides that fit ``recipes/finetune/{name}.yaml`` to a prepared dataset.
 
     The recipe's schedule is written for the paper's dataset; this recomputes it from the
-    number of training items ``prep`` recorded: ``epochs x ceil(items / 32)`` updates,
-    warmup as the paper's rule for the task, and ``update_freq`` so that a batch stays 32
-    sequences over ``nproc`` processes.
+    number of training items ``prep`` recorded: ``epochs x ceil(items / batch)`` updates,
+    warmup as the paper's rule for the task, and ``update_freq`` so that a batch stays the
+    paper's (32 sequences; one document for coreference) over ``nproc`` processes.
 
     Raises:
         RecipeError: unknown recipe, ``data`` not prepared for it, a batch of 32 that does
@@ -152,19 +154,20 @@ def finetune_overrides(name: str, data: Path, nproc: int = 1, model: Path | None
 
     recipe = OmegaConf.load(finetune_dir() / f"{name}.yaml")
     batch_size = int(recipe.dataset.batch_size)
-    if PAPER_BATCH % (batch_size * nproc):
+    paper_batch = _PAPER_BATCH.get(name, PAPER_BATCH)
+    if paper_batch % (batch_size * nproc):
         raise RecipeError(
-            f"a batch of {PAPER_BATCH} does not split over {nproc} processes of {batch_size}; "
+            f"a batch of {paper_batch} does not split over {nproc} processes of {batch_size}; "
             "pick NPROC dividing it or set dataset.batch_size in HYDRA_ARGS"
         )
     epochs = int(recipe.optimization.max_epoch)
-    total = epochs * math.ceil(items / PAPER_BATCH)
+    total = epochs * math.ceil(items / paper_batch)
     if name in _WARMUP_FRACTION:
         warmup = max(1, round(_WARMUP_FRACTION[name] * total))
     else:
         warmup = min(int(recipe.lr_scheduler.warmup_updates), total)
     return [
-        f"optimization.update_freq=[{PAPER_BATCH // (batch_size * nproc)}]",
+        f"optimization.update_freq=[{paper_batch // (batch_size * nproc)}]",
         f"optimization.max_update={total}",
         f"lr_scheduler.total_num_update={total}",
         f"lr_scheduler.warmup_updates={warmup}",

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "per-candidate head); an led checkpoint becomes LEDForConditionalGeneration (positions without "
         "fairseq's reserved rows). It writes "
         "config.json (attention_window = 2w per layer), the weights and, with --tokenizer, a tokenizer "
-        "whose ids are the model's. Dilated or causal models have no HF counterpart and are refused."
+        "whose ids are the model's. Dilated or causal models have no HF counterpart and are refused, and so "
+        "are longformer_hotpotqa checkpoints (HF transformers has no HotpotQA head)."
     )
     add_conversion_arguments(parser, "checkpoint", "a longformer_roberta or led checkpoint (.pt)", "output directory")
     parser.add_argument(

@@ -101,6 +101,10 @@ def task_head(args, state: dict) -> tuple[type, dict, dict]:
     """The HF class for the checkpoint's head, its weights under HF names, and config settings."""
     heads = sorted({k[len(CLASSIFICATION_HEADS) :].split(".")[0] for k in state if k.startswith(CLASSIFICATION_HEADS)})
     tokens = sorted({k[len(TOKEN_HEADS) :].split(".")[0] for k in state if k.startswith(TOKEN_HEADS)})
+    if any(name.startswith("hotpotqa_") for name in tokens):
+        raise ExportError("checkpoint: a longformer_hotpotqa model; HF transformers has no HotpotQA head, not exported")
+    if "coref" in tokens:  # the longformer_coref task's span model
+        raise ExportError("checkpoint: a longformer_coref model; HF transformers has no coreference head, not exported")
     if len(heads) + len(tokens) > 1:
         raise ExportError(f"checkpoint: {len(heads) + len(tokens)} task heads ({heads + tokens}); an HF model has one")
     if heads:

@@ -1,0 +1,352 @@
+"""OntoNotes coreference (CoNLL-2012) as fairseq datasets (``longformer-fs prep coref``).
+
+Input: CoNLL-2012 ``*_gold_conll`` files (one per split, or a folder searched
+recursively). A document part is::
+
+    #begin document (bc/cctv/00/cctv_0001); part 000
+    bc/cctv/00/cctv_0001  0  0  Hello  UH  (TOP*  -  -  -  Speaker#1  *  (12
+    ...                                                                        12)
+    <blank line between sentences>
+    #end document
+
+with whitespace-separated columns: document, part, word index, word, POS, parse bit,
+lemma, frameset, word sense, speaker, named entity, [predicate arguments ...], and the
+coreference column last: ``-`` or ``|``-joined pieces ``(12`` (a mention of cluster 12
+opens on this word), ``12)`` (closes), ``(12)`` (a one-word mention). Mentions nest and
+span several words; a bracket that does not pair up is a :class:`PrepError` naming the
+file and line.
+
+Each document part is one example. Words are tokenized one by one as they read in
+running text (GPT-2 BPE of ``" " + word``), keeping which word each token comes from.
+Output layout, one item per document part in every file of a split::
+
+    dict.txt                      the model's dictionary, as given
+    {split}.tokens.{bin,idx}      the document's tokens (no <s>/</s>: the task adds them per segment)
+    {split}.sentence.{bin,idx}    each token's sentence index
+    {split}.speaker.{bin,idx}     each token's speaker, numbered in order of appearance
+    {split}.mentions.{bin,idx}    gold mentions as [start, end, cluster, ...]: token spans, ends inclusive,
+                                  clusters numbered 1, 2, ...
+    {split}.examples.jsonl        {"id", "part", "words", "clusters" (word spans, ends inclusive),
+                                   "subtoken_map" (token -> word)}
+    stats.json, prep.json         prep.json records splits.<split>.documents
+
+The stats count the documents and tokens and how many documents need more than one
+segment of ``max_tokens`` (``<s>`` and ``</s>`` included) in the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, file_stamp, previous_stats
+from .inputs import wrong_kind
+from .subword import SubwordSpec
+
+KIND = "coref"
+SUFFIX = "_gold_conll"
+MIN_COLUMNS = 12  # document ... named entity, coreference
+WORD, SPEAKER = 3, 9  # column indices
+SPECIALS_PER_SEGMENT = 2  # <s> and </s>
+_BEGIN = re.compile(r"^#begin document \((.*)\); part (\d+)\s*$")
+_PIECE = re.compile(r"^(\()?(\d+)(\))?$")
+
+
+@dataclass
+class CorefDocument:
+    """One document part.
+
+    Attributes:
+        name, part: the ``#begin document`` line's document and part number.
+        words: the words, in order.
+        sentences: each word's sentence index.
+        speakers: each word's speaker (the speaker column as written).
+        clusters: each cluster's mentions, ``(first word, last word)``, in order of
+            first mention; clusters in order of their id's first appearance.
+    """
+
+    name: str
+    part: int
+    words: list[str] = field(default_factory=list)
+    sentences: list[int] = field(default_factory=list)
+    speakers: list[str] = field(default_factory=list)
+    clusters: list[list[tuple[int, int]]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}#{self.part:03d}"
+
+
+def conll_files(path: Path, option: str) -> list[Path]:
+    """``path`` itself, or every ``*_gold_conll`` file under the folder ``path``, sorted."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise PrepError(f"{option}: {path} not found")
+    files = sorted(p for p in path.rglob(f"*{SUFFIX}") if p.is_file())
+    if not files:
+        raise PrepError(f"{option}: {path} holds no *{SUFFIX} file")
+    return files
+
+
+def read_conll(path: Path) -> list[CorefDocument]:
+    """Every document part of one CoNLL-2012 file; a PrepError ``file:line: problem`` if malformed."""
+    path = Path(path)
+    problem = wrong_kind(path, "CoNLL text")
+    if problem:
+        raise PrepError(f"{path}: {problem}")
+    documents: list[CorefDocument] = []
+    doc: CorefDocument | None = None
+    open_at: dict[int, list[tuple[int, int]]] = {}  # cluster id -> stack of (word, line) of open mentions
+    mentions: dict[int, list[tuple[int, int]]] = {}
+    sentence, in_sentence = 0, False
+
+    def error(line: int, message: str) -> PrepError:
+        return PrepError(f"{path}:{line}: {message}")
+
+    with open(path, encoding="utf-8", errors="strict") as f:
+        try:
+            lines = f.read().splitlines()
+        except UnicodeDecodeError as err:
+            raise PrepError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if text.startswith("#begin document"):
+            if doc is not None:
+                raise error(number, f"#begin document inside document {doc.id!r} (no #end document before it)")
+            match = _BEGIN.match(text)
+            if not match:
+                raise error(number, f"expected '#begin document (NAME); part NNN', got {text[:80]!r}")
+            doc = CorefDocument(match.group(1), int(match.group(2)))
+            open_at, mentions, sentence, in_sentence = {}, {}, 0, False
+        elif text.startswith("#end document"):
+            if doc is None:
+                raise error(number, "#end document without #begin document")
+            unclosed = [(cid, at) for cid, stack in open_at.items() for at in stack]
+            if unclosed:
+                cid, (_, at) = min(unclosed, key=lambda u: u[1][1])
+                raise error(at, f"mention of cluster {cid} opened here is never closed (document {doc.id!r})")
+            if not doc.words:
+                raise error(number, f"document {doc.id!r} has no words")
+            doc.clusters = [sorted(spans) for spans in mentions.values()]
+            documents.append(doc)
+            doc = None
+        elif not text:
+            if in_sentence:
+                sentence, in_sentence = sentence + 1, False
+        elif text.startswith("#"):
+            continue  # other comments
+        else:
+            if doc is None:
+                raise error(number, "a word line outside #begin document / #end document")
+            columns = text.split()
+            if len(columns) < MIN_COLUMNS:
+                raise error(number, f"{len(columns)} columns; a CoNLL-2012 word line has at least {MIN_COLUMNS}")
+            word = len(doc.words)
+            doc.words.append(columns[WORD])
+            doc.speakers.append(columns[SPEAKER])
+            doc.sentences.append(sentence)
+            in_sentence = True
+            coref = columns[-1]
+            if coref == "-":
+                continue
+            for piece in coref.split("|"):
+                match = _PIECE.match(piece)
+                if not match or not (match.group(1) or match.group(3)):
+                    raise error(number, f"bad coreference piece {piece!r} in {coref!r}")
+                cid = int(match.group(2))
+                if match.group(1) and match.group(3):
+                    mentions.setdefault(cid, []).append((word, word))
+                elif match.group(1):
+                    open_at.setdefault(cid, []).append((word, number))
+                    mentions.setdefault(cid, [])  # clusters keep the order their ids first appear in
+                else:
+                    if not open_at.get(cid):
+                        raise error(number, f"{piece!r} closes a mention of cluster {cid} that was never opened")
+                    start, _ = open_at[cid].pop()
+                    mentions.setdefault(cid, []).append((start, word))
+    if doc is not None:
+        raise error(len(lines), f"document {doc.id!r} has no #end document")
+    return documents
+
+
+@dataclass
+class TokenizedDocument:
+    """A document's model input: ``tokens`` and, per token, its word, sentence and speaker
+    ids; ``mentions`` ``(M, 3)`` as ``[start token, end token, cluster]`` (clusters 1, 2, ...)."""
+
+    tokens: np.ndarray
+    subtoken_map: np.ndarray
+    sentence: np.ndarray
+    speaker: np.ndarray
+    mentions: np.ndarray
+
+
+def tokenize_document(doc: CorefDocument, encoder) -> TokenizedDocument:
+    """Each word as GPT-2 BPE of ``" " + word`` (as in running text), the clusters mapped
+    from word spans to token spans (first token of the first word, last of the last)."""
+    pieces = encoder.encode([" " + w for w in doc.words]) if doc.words else []
+    counts = np.array([len(p) for p in pieces], dtype=np.int64)
+    tokens = np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, dtype=np.int64)
+    subtoken_map = np.repeat(np.arange(len(doc.words)), counts)
+    last = np.cumsum(counts) - 1
+    first = last - counts + 1
+    speaker_ids = {name: i for i, name in enumerate(dict.fromkeys(doc.speakers))}
+    mentions = [(first[s], last[e], cluster) for cluster, spans in enumerate(doc.clusters, 1) for s, e in spans]
+    return TokenizedDocument(
+        tokens,
+        subtoken_map,
+        np.asarray(doc.sentences, dtype=np.int64)[subtoken_map],
+        np.asarray([speaker_ids[s] for s in doc.speakers], dtype=np.int64)[subtoken_map],
+        np.asarray(mentions, dtype=np.int64).reshape(-1, 3),
+    )
+
+
+def segments_needed(tokens: int, max_tokens: int) -> int:
+    """Segments of ``max_tokens`` (``<s>`` and ``</s>`` included) a document of ``tokens`` needs."""
+    return max(1, -(-tokens // (max_tokens - SPECIALS_PER_SEGMENT)))
+
+
+@dataclass(frozen=True)
+class CorefConfig:
+    """What ``prep coref`` reads: ``files`` split -> a ``*_gold_conll`` file or a folder of
+    them; ``max_tokens`` the model's length (segments, for the stats)."""
+
+    subword: SubwordSpec
+    files: dict
+    max_tokens: int = 4096
+
+
+def input_manifest(cfg: CorefConfig) -> dict:
+    return {
+        "files": {split: [file_stamp(p) for p in conll_files(path, f"--{split}")] for split, path in cfg.files.items()},
+        "max_tokens": cfg.max_tokens,
+        "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
+    }
+
+
+def _check_config(cfg: CorefConfig) -> None:
+    if not cfg.files:
+        raise PrepError("give at least one of --train, --valid, --test")
+    for split, path in cfg.files.items():
+        if split not in SPLITS:
+            raise PrepError(f"splits: {split!r} is not one of {', '.join(SPLITS)}")
+        conll_files(path, f"--{split}")
+    if cfg.max_tokens <= SPECIALS_PER_SEGMENT:
+        raise PrepError(f"--max-tokens: must be more than {SPECIALS_PER_SEGMENT}, got {cfg.max_tokens}")
+
+
+NAMES = ("tokens", "sentence", "speaker", "mentions")
+
+
+def prepare_coref(cfg: CorefConfig, out: Path, force: bool = False, log=print) -> dict:
+    """Build the dataset in ``out``; returns the stats (also in ``out/stats.json``)."""
+    _check_config(cfg)
+    out = Path(out)
+    encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
+    inputs = json.loads(json.dumps(input_manifest(cfg)))
+    names = [f"{n}.{e}" for n in NAMES for e in ("bin", "idx")] + ["examples.jsonl"]
+    outputs = {"dict.txt", "stats.json"} | {f"{s}.{n}" for s in SPLITS for n in names}
+    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+        return previous
+
+    data = {}
+    for split in SPLITS:
+        if split in cfg.files:
+            data[split] = [d for p in conll_files(cfg.files[split], f"--{split}") for d in read_conll(p)]
+            if not data[split]:
+                raise PrepError(f"--{split}: {cfg.files[split]} holds no document")
+    stats = {}
+    with (
+        Staging(out) as staging,
+        tqdm(total=sum(len(v) for v in data.values()), desc="tokenize+write", unit=" documents") as bar,
+    ):
+        encoder.write_dictionary(staging.dir / "dict.txt")
+        for split, documents in data.items():
+            stats[split] = _write_split(staging.dir, split, documents, encoder, cfg.max_tokens, bar)
+        result = {"max_tokens": cfg.max_tokens, "splits": stats}
+        staging.publish(
+            KIND,
+            inputs,
+            stats=result,
+            owned=outputs,
+            splits={s: {"documents": v["documents"]} for s, v in stats.items()},
+        )
+    return result
+
+
+def _write_split(directory: Path, split: str, documents: list[CorefDocument], encoder, max_tokens: int, bar) -> dict:
+    """Tokenize and write one split's files; returns its stats."""
+    writers = {
+        "tokens": MmapWriter(directory / f"{split}.tokens", encoder.dictionary_size),
+        **{name: MmapWriter(directory / f"{split}.{name}", signed=True) for name in NAMES[1:]},
+    }
+    lengths, segments, mention_count, cluster_count = [], [], 0, 0
+    with open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
+        for doc in documents:
+            tokenized = tokenize_document(doc, encoder)
+            writers["tokens"].add(tokenized.tokens)
+            writers["sentence"].add(tokenized.sentence)
+            writers["speaker"].add(tokenized.speaker)
+            writers["mentions"].add(tokenized.mentions.reshape(-1))
+            entry = {
+                "id": doc.name,
+                "part": doc.part,
+                "words": doc.words,
+                "clusters": [[list(span) for span in spans] for spans in doc.clusters],
+                "subtoken_map": tokenized.subtoken_map.tolist(),
+            }
+            listing.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            lengths.append(len(tokenized.tokens))
+            segments.append(segments_needed(len(tokenized.tokens), max_tokens))
+            mention_count += len(tokenized.mentions)
+            cluster_count += len(doc.clusters)
+            bar.update(1)
+    for writer in writers.values():
+        writer.finalize()
+    lengths_array = np.asarray(lengths or [0])
+    return {
+        "documents": len(documents),
+        "tokens": int(lengths_array.sum()),
+        "mean_tokens": float(lengths_array.mean()),
+        "longest": int(lengths_array.max()),
+        "multi_segment": int(sum(s > 1 for s in segments)),
+        "mentions": mention_count,
+        "clusters": cluster_count,
+    }
+
+
+def stats_table(result: dict) -> str:
+    """One row per split: documents, tokens, how many need more than one segment, mentions."""
+    rows = [
+        (
+            "split",
+            "documents",
+            "tokens",
+            "mean",
+            "max",
+            f"> 1 segment of {result['max_tokens']}",
+            "mentions",
+            "clusters",
+        )
+    ]
+    for split, st in result["splits"].items():
+        rows.append(
+            (
+                split,
+                f"{st['documents']:,}",
+                f"{st['tokens']:,}",
+                f"{st['mean_tokens']:,.0f}",
+                f"{st['longest']:,}",
+                f"{st['multi_segment']:,}",
+                f"{st['mentions']:,}",
+                f"{st['clusters']:,}",
+            )
+        )
+    return aligned_table(rows)

@@ -1,0 +1,128 @@
+"""HotpotQA predictions of a ``longformer_hotpotqa`` checkpoint over a ``prep hotpotqa`` split.
+
+Each question runs once, whole (question, ``[p]`` and ``[s]`` global, as in training).
+Its answer is "yes" or "no" when the type head says so, else the best span of at most
+``max_answer_tokens`` over the sentence tokens (:func:`~.qa_spans.best_span_over_windows`
+with one window), cut from the original sentence text through the prepared character
+offsets. Its supporting facts are the sentences whose scorer logit is positive
+(probability > 0.5) within the ``sp_paragraphs`` best-scored paragraphs (2: a distractor
+question has two gold paragraphs), or the best such sentence when none is. The evidence
+of the two-stage variant is each question's ``evidence_paragraphs`` best-scored titles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..tasks.hotpotqa import hotpotqa_logits
+from .hotpotqa_metrics import hotpotqa_scores
+from .qa_spans import best_span_over_windows
+
+ANSWER_OF_TYPE = {1: "yes", 2: "no"}
+
+
+@dataclass(frozen=True)
+class QuestionPrediction:
+    """One question's prediction: the answer text, ``[[title, sentence index], ...]`` and
+    its paragraphs' titles, best-scored first."""
+
+    answer: str
+    supporting_facts: list
+    ranked_titles: list
+
+
+def decide(example: dict, logits: tuple, offsets: np.ndarray, max_answer_tokens: int, sp_paragraphs: int):
+    """One question's :class:`QuestionPrediction` from its logits (numpy, its own tokens only).
+
+    Args:
+        example: its ``{split}.examples.jsonl`` row (titles, sentence counts, context).
+        logits: span ``(n, 2)``, type ``(3,)``, paragraph and sentence logits at its
+            ``[p]`` and ``[s]`` tokens, in order.
+        offsets: ``(n, 2)`` context characters per token.
+    """
+    span, qtype, paragraphs, sentences = logits
+    kind = int(np.argmax(qtype))
+    if kind in ANSWER_OF_TYPE:
+        answer = ANSWER_OF_TYPE[kind]
+    else:
+        best = best_span_over_windows([span[:, 0]], [span[:, 1]], [offsets], example["context"], max_answer_tokens)
+        answer = best.text if best is not None else ""
+    order = [int(k) for k in np.argsort(-paragraphs, kind="stable")]
+    titles, counts = example["titles"], example["sentence_counts"]
+    first = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    chosen = []  # (logit, title, index) of each sentence in the best paragraphs
+    for k in order[:sp_paragraphs]:
+        chosen += [(sentences[first[k] + i], titles[k], i) for i in range(counts[k])]
+    facts = [[title, i] for logit, title, i in chosen if logit > 0]
+    if not facts and chosen:
+        _, title, i = max(chosen, key=lambda c: c[0])
+        facts = [[title, i]]
+    return QuestionPrediction(answer, facts, [titles[k] for k in order])
+
+
+def predict_hotpotqa(
+    model,
+    task,
+    split: str,
+    max_answer_tokens: int | None = None,
+    sp_paragraphs: int = 2,
+    batch_size: int = 4,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> dict[str, QuestionPrediction]:
+    """``_id`` -> its prediction, for every question of ``split``, in file order."""
+    if split not in task.datasets:
+        task.load_dataset(split)
+    dataset, examples = task.dataset(split), task.examples(split)
+    if len(examples) != len(dataset):
+        raise ValueError(
+            f"{split}: {len(examples)} examples listed but {len(dataset)} sequences; prepare the split again"
+        )
+    max_answer_tokens = max_answer_tokens or task.cfg.max_answer_tokens
+    predictions = {}
+    bar = tqdm(total=len(dataset), unit="question", desc=f"hotpotqa {split}", disable=not progress, leave=False)
+    with torch.inference_mode():
+        for first in range(0, len(dataset), batch_size):
+            samples = [dataset[i] for i in range(first, min(first + batch_size, len(dataset)))]
+            batch = dataset.collater(samples)
+            net_input = {k: v.to(device) for k, v in batch["net_input"].items()}
+            span, qtype, paragraphs, sentences = (
+                x.cpu().numpy() for x in hotpotqa_logits(model, {"net_input": net_input})
+            )
+            for row, sample in enumerate(samples):
+                n = len(sample["tokens"])
+                logits = (
+                    span[row, :n],
+                    qtype[row],
+                    paragraphs[row][batch["paragraph_mask"][row].numpy()],
+                    sentences[row][batch["sentence_mask"][row].numpy()],
+                )
+                example = examples[sample["id"]]
+                predictions[example["_id"]] = decide(
+                    example, logits, sample["offsets"].numpy(), max_answer_tokens, sp_paragraphs
+                )
+            bar.update(len(samples))
+    bar.close()
+    return predictions
+
+
+def prediction_file(predictions: dict[str, QuestionPrediction]) -> dict:
+    """HotpotQA's prediction format: ``{"answer": {id: text}, "sp": {id: [[title, index], ...]}}``."""
+    return {
+        "answer": {k: p.answer for k, p in predictions.items()},
+        "sp": {k: p.supporting_facts for k, p in predictions.items()},
+    }
+
+
+def evidence_file(predictions: dict[str, QuestionPrediction], paragraphs: int) -> dict:
+    """The two-stage variant's evidence: ``{id: [title, ...]}``, each question's ``paragraphs`` best."""
+    return {k: p.ranked_titles[:paragraphs] for k, p in predictions.items()}
+
+
+def score_split(task, split: str, predictions: dict[str, QuestionPrediction]) -> dict:
+    """The official metrics (:func:`~.hotpotqa_metrics.hotpotqa_scores`) against the split's gold records."""
+    return hotpotqa_scores(prediction_file(predictions), task.examples(split))
