@@ -5,7 +5,6 @@ fairseq's and make's as processes."""
 import contextlib
 import io
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -77,20 +76,9 @@ def fails(*args) -> str:
     return result.stderr
 
 
-def one_thread_env(env: dict | None = None) -> dict:
-    """``env`` (default: this process's) with one intra-op thread. The tests' processes
-    train models of a few thousand parameters, for which torch's thread per core costs
-    more in synchronisation than it gains, and far more when something else runs beside
-    them: about 15% on an idle 2-core machine, up to ten times on a busy one."""
-    return {**(os.environ if env is None else env), "OMP_NUM_THREADS": "1"}
-
-
 def run(*cmd, env=None, timeout=900) -> str:
-    """A process (fairseq-train, make, ...) in the repository that must succeed, with one
-    thread (:func:`one_thread_env`): its output."""
-    result = subprocess.run(
-        [str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=one_thread_env(env)
-    )
+    """A process (fairseq-train, make, ...) in the repository that must succeed: its output."""
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
@@ -100,9 +88,9 @@ MAKE = ["make", "--no-print-directory", "-o", ".venv/.installed"]
 
 
 def make(target, *variables, env=None, timeout=900) -> subprocess.CompletedProcess:
-    """``make TARGET VARIABLES``, which may fail, with one thread (:func:`one_thread_env`): its CompletedProcess."""
+    """``make TARGET VARIABLES``, which may fail: its CompletedProcess."""
     cmd = [*MAKE, target, *map(str, variables)]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=one_thread_env(env))
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def free_port() -> int:

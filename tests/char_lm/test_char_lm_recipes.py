@@ -1,5 +1,7 @@
 """recipes/char_lm: the paper's values, and the make-driven phase chain on tiny data."""
 
+import os
+
 import pytest
 import torch
 from helpers import ROOT, free_port, make
@@ -180,7 +182,7 @@ def test_make_phase_in_two_processes(data, tmp_path):
     """`make text8-phase1 NPROC=2`: fairseq-hydra-train under torchrun, one model, twice the batch."""
     hydra_args = "HYDRA_ARGS=" + " ".join(TINY + ["optimization.max_update=4", "dataset.batch_size=4"])
     result = make("text8-phase1", "NPROC=2", f"TORCHRUN_ARGS=--master-port {free_port()}", f"DATA={data / 'data'}",
-                  f"SAVE={tmp_path}", hydra_args, timeout=600)  # fmt: skip
+                  f"SAVE={tmp_path}", hydra_args, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)  # fmt: skip
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
     assert "distributed init (rank 1): env://" in log and "'distributed_world_size': 2" in log
