@@ -53,15 +53,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, HOTPOTQA_SYMBOLS
 
-from .fairseq_dataset import MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
+from .fairseq_dataset import MmapWriter, PrepError, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .qa import char_spans_to_tokens, find_answer_spans
 from .subword import SubwordSpec
-from .wikihop import check_config, extend_dictionary, read_splits
+from .wikihop import check_config, read_splits, write_examples
 from .wikihop import input_manifest as wikihop_inputs
 
 KIND = "hotpotqa"
@@ -330,23 +329,7 @@ def prepare_hotpotqa(cfg: HotpotqaConfig, out: Path, force: bool = False, log=pr
             if absent:
                 raise PrepError(f"--evidence: no paragraphs listed for _id {absent[0]!r} ({len(absent)} in {split})")
             data[split] = [select_paragraphs(ex, evidence[ex.id], cfg.evidence) for ex in examples]
-    stats = {}
-    with (
-        Staging(out) as staging,
-        tqdm(total=sum(len(v) for v in data.values()), desc="tokenize+write", unit=" examples") as bar,
-    ):
-        encoder.write_dictionary(staging.dir / "dict.txt")
-        symbol_ids, dictionary_size = extend_dictionary(staging.dir / "dict.txt", HOTPOTQA_SYMBOLS)
-        for split, examples in data.items():
-            source = cfg.files.get(split, cfg.input)
-            stats[split] = _write_split(
-                staging.dir, split, examples, source, encoder, symbol_ids, dictionary_size, cfg.max_tokens, bar
-            )
-        result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
-        staging.publish(
-            KIND, inputs, stats=result, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()}
-        )
-    return result
+    return write_examples(out, KIND, inputs, outputs, cfg, data, encoder, HOTPOTQA_SYMBOLS, _write_split)
 
 
 def _write_split(directory, split, examples, source, encoder, symbol_ids, dictionary_size, max_tokens, bar) -> dict:

@@ -236,22 +236,30 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
     if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
         return previous
 
-    data = read_splits(cfg)
+    return write_examples(out, KIND, inputs, outputs, cfg, read_splits(cfg), encoder, WIKIHOP_SYMBOLS, _write_split)
+
+
+def write_examples(out, kind, inputs, outputs, cfg, data, encoder, symbols, write_split) -> dict:
+    """Stage, write and publish a preparation of examples whose dictionary gains ``symbols``
+    (WikiHop's, HotpotQA's): ``dict.txt`` with them appended, then each split of ``data``
+    (``{split: examples}``) by ``write_split(directory, split, examples, source file,
+    encoder, symbol ids, dictionary size, cfg.max_tokens, progress bar)``, which returns the
+    split's stats with its ``examples`` count. Returns the preparation's stats."""
     stats = {}
     with (
         Staging(out) as staging,
         tqdm(total=sum(len(v) for v in data.values()), desc="tokenize+write", unit=" examples") as bar,
     ):
         encoder.write_dictionary(staging.dir / "dict.txt")
-        symbol_ids, dictionary_size = extend_dictionary(staging.dir / "dict.txt")
+        symbol_ids, dictionary_size = extend_dictionary(staging.dir / "dict.txt", symbols)
         for split, examples in data.items():
             source = cfg.files.get(split, cfg.input)
-            stats[split] = _write_split(
+            stats[split] = write_split(
                 staging.dir, split, examples, source, encoder, symbol_ids, dictionary_size, cfg.max_tokens, bar
             )
         result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
         staging.publish(
-            KIND, inputs, stats=result, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()}
+            kind, inputs, stats=result, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()}
         )
     return result
 

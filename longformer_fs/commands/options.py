@@ -5,7 +5,9 @@
 - :func:`add_evaluation_arguments`: the checkpoint, ``--data`` and ``--split`` of the
   ``eval-*`` commands; :func:`add_conversion_arguments`: the checkpoint and ``--out`` of
   the commands that write a converted model;
-- :func:`split_files`: the ``--train/--valid/--test`` files given;
+- :func:`add_split_arguments`: the ``--train/--valid/--test`` files, or one ``--input``
+  to split by ``--valid-fraction``/``--test-fraction``; :func:`split_files`: the split
+  files given;
 - :func:`run_preparation`: run a preparation, timed, and print its stats table;
   :func:`print_done` closes its report;
 - :func:`comma_triple`: an argument type for ``TRAIN,VALID,TEST`` numbers;
@@ -41,6 +43,22 @@ def add_conversion_arguments(parser: argparse.ArgumentParser, source: str, sourc
     """``SOURCE --out DIR``: a checkpoint read, and the directory its conversion is written to."""
     parser.add_argument(source, type=Path, help=source_help)
     parser.add_argument("--out", type=Path, required=True, help=out_help)
+
+
+def add_split_arguments(parser, files: str, input_help: str, items: str, fraction: float = 0.1) -> None:
+    """``--train/--valid/--test FILE`` (help: "the SPLIT ``files``"), or ``--input FILE``
+    (``input_help``) split by ``--valid-fraction`` and ``--test-fraction`` (default
+    ``fraction`` each, of the ``items``: "examples", "pairs")."""
+    for split in SPLIT_NAMES:
+        parser.add_argument(f"--{split}", type=Path, metavar="FILE", help=f"the {split} {files}")
+    parser.add_argument("--input", type=Path, metavar="FILE", help=f"instead of split files: {input_help}")
+    for split in ("valid", "test"):
+        parser.add_argument(
+            f"--{split}-fraction",
+            type=float,
+            default=fraction,
+            help=f"with --input: share of {items} for {split} (at least one when above 0)",
+        )
 
 
 def split_files(args: argparse.Namespace) -> dict[str, Path]:

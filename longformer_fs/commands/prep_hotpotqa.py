@@ -9,7 +9,7 @@ from pathlib import Path
 from data_prep.hotpotqa import HotpotqaConfig, prepare_hotpotqa, stats_table
 from longformer_fs.conventions import HOTPOTQA_SYMBOLS
 
-from .options import SPLIT_NAMES, add_output_arguments, print_done, run_preparation, split_files
+from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -22,14 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model's embeddings with convert-roberta --add-tokens). Sequences longer than --max-tokens are cut and "
         "counted. Rerunning with the same inputs does nothing."
     )
-    for split in SPLIT_NAMES:
-        parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file (HotpotQA's, distractor setting)")
-    parser.add_argument("--input", type=Path, help="instead of split files: one JSON file to split by _id")
-    parser.add_argument(
-        "--valid-fraction", type=float, default=0.1, help="with --input: share of examples for valid (at least one)"
-    )
-    parser.add_argument(
-        "--test-fraction", type=float, default=0.1, help="with --input: share of examples for test (at least one)"
+    add_split_arguments(
+        parser, "JSON file (HotpotQA's, distractor setting)", "one JSON file to split by _id", "questions"
     )
     parser.add_argument(
         "--evidence",

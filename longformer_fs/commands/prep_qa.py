@@ -7,7 +7,7 @@ from pathlib import Path
 
 from data_prep.qa import FORMATS, QaPrepConfig, prepare_qa, stats_table
 
-from .options import SPLIT_NAMES, add_output_arguments, print_done, run_preparation, split_files
+from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -23,18 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "that dataset's official convention. Rerunning with the same inputs does nothing."
     )
     parser.add_argument("--format", choices=FORMATS, required=True, help="the input JSON's format")
-    for split in SPLIT_NAMES:
-        parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file")
-    parser.add_argument(
-        "--input",
-        type=Path,
-        help="instead of split files: one JSON file to split by question (TriviaQA) or article (SQuAD)",
-    )
-    parser.add_argument(
-        "--valid-fraction", type=float, default=0.1, help="with --input: share of questions/articles for valid"
-    )
-    parser.add_argument(
-        "--test-fraction", type=float, default=0.1, help="with --input: share of questions/articles for test"
+    add_split_arguments(
+        parser,
+        "JSON file",
+        "one JSON file to split by question (TriviaQA) or article (SQuAD)",
+        "questions (TriviaQA) or articles (SQuAD)",
     )
     parser.add_argument(
         "--evidence", type=Path, help="TriviaQA's evidence directory (holding wikipedia/<Filename>); triviaqa only"

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
-from data_prep.fairseq_dataset import SPLITS
 from data_prep.summarization import LAYOUTS, SummarizationConfig, prepare_summarization, stats_table
 
-from .options import add_output_arguments, print_done, run_preparation, split_files
+from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -31,15 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sentences). Give the splits as files, or one --input that a hash of each document splits.",
     )
     inputs.add_argument("--format", dest="input_format", choices=list(LAYOUTS), required=True, help="input layout")
-    for split in SPLITS:
-        inputs.add_argument(f"--{split}", type=Path, metavar="FILE", help=f"the {split} pairs")
-    inputs.add_argument("--input", type=Path, metavar="FILE", help="one file of pairs to split by the fractions")
-    inputs.add_argument(
-        "--valid-fraction", type=float, default=0.01, help="with --input: share of pairs for valid (at least one)"
-    )
-    inputs.add_argument(
-        "--test-fraction", type=float, default=0.01, help="with --input: share of pairs for test (at least one)"
-    )
+    add_split_arguments(inputs, "pairs", "one file of pairs to split by the fractions", "pairs", fraction=0.01)
     inputs.add_argument(
         "--source-field", help="the document's field; unset: body (papers), article_text (arxiv); jsonl needs it"
     )

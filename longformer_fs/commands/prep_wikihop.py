@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from data_prep.wikihop import WikihopConfig, prepare_wikihop, stats_table
 from longformer_fs.conventions import WIKIHOP_SYMBOLS
 
-from .options import SPLIT_NAMES, add_output_arguments, print_done, run_preparation, split_files
+from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
 from .subword_options import add_subword_arguments, subword_spec
 
 
@@ -20,14 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with convert-roberta --add-tokens). Prints how many examples exceed --max-tokens and how many "
         "prefix-repeating chunks they need. Rerunning with the same inputs does nothing."
     )
-    for split in SPLIT_NAMES:
-        parser.add_argument(f"--{split}", type=Path, help=f"the {split} JSON file (WikiHop's train.json, dev.json)")
-    parser.add_argument("--input", type=Path, help="instead of split files: one JSON file to split by example id")
-    parser.add_argument(
-        "--valid-fraction", type=float, default=0.1, help="with --input: share of examples for valid (at least one)"
-    )
-    parser.add_argument(
-        "--test-fraction", type=float, default=0.1, help="with --input: share of examples for test (at least one)"
+    add_split_arguments(
+        parser, "JSON file (WikiHop's train.json, dev.json)", "one JSON file to split by example id", "examples"
     )
     add_subword_arguments(parser)
     parser.add_argument(
