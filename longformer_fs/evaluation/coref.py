@@ -11,10 +11,10 @@ CEAF-φ4 and the CoNLL F1 with the key's singletons dropped (CoNLL-2012).
 from __future__ import annotations
 
 import torch
-from tqdm import tqdm
 
 from ..criterions.coref import document_outputs
 from ..modules.coref import predict_clusters
+from .checkpoint import batches, listed_split
 from .coref_metrics import CorefEvaluator
 
 
@@ -25,25 +25,13 @@ def word_clusters(token_clusters: list[list[tuple[int, int]]], subtoken_map: lis
 
 def predict_split(model, task, split: str, device: str | torch.device = "cpu", progress: bool = True) -> list[dict]:
     """``[{"id", "part", "clusters"}]`` (word spans), one per document of ``split``, in file order."""
-    if split not in task.datasets:
-        task.load_dataset(split)
-    dataset, examples = task.dataset(split), task.examples(split)
-    if len(examples) != len(dataset):
-        raise ValueError(
-            f"{split}: {len(examples)} documents listed but {len(dataset)} prepared; prepare the split again"
-        )
+    dataset, examples = listed_split(task, split, "documents")
     predictions = []
-    with torch.inference_mode():
-        for index in tqdm(range(len(dataset)), unit="doc", desc=f"coref {split}", disable=not progress, leave=False):
-            batch = dataset.collater([dataset[index]])
-            sample = {
-                "net_input": {k: (v.to(device) if v is not None else None) for k, v in batch["net_input"].items()},
-                "documents": [{k: v.to(device) for k, v in doc.items()} for doc in batch["documents"]],
-            }
-            (output,) = document_outputs(model, sample)
-            example = examples[index]
-            clusters = word_clusters(predict_clusters(output), example["subtoken_map"])
-            predictions.append({"id": example["id"], "part": example["part"], "clusters": clusters})
+    for samples, batch in batches(dataset, 1, device, f"coref {split}", "doc", progress):
+        (output,) = document_outputs(model, batch)
+        example = examples[samples[0]["id"]]
+        clusters = word_clusters(predict_clusters(output), example["subtoken_map"])
+        predictions.append({"id": example["id"], "part": example["part"], "clusters": clusters})
     return predictions
 
 

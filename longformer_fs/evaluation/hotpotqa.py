@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..tasks.hotpotqa import hotpotqa_logits
+from .checkpoint import batches, listed_split
 from .hotpotqa_metrics import hotpotqa_scores
 from .qa_spans import best_span_over_windows
 
@@ -75,38 +75,23 @@ def predict_hotpotqa(
     progress: bool = True,
 ) -> dict[str, QuestionPrediction]:
     """``_id`` -> its prediction, for every question of ``split``, in file order."""
-    if split not in task.datasets:
-        task.load_dataset(split)
-    dataset, examples = task.dataset(split), task.examples(split)
-    if len(examples) != len(dataset):
-        raise ValueError(
-            f"{split}: {len(examples)} examples listed but {len(dataset)} sequences; prepare the split again"
-        )
+    dataset, examples = listed_split(task, split, "examples")
     max_answer_tokens = max_answer_tokens or task.cfg.max_answer_tokens
     predictions = {}
-    bar = tqdm(total=len(dataset), unit="question", desc=f"hotpotqa {split}", disable=not progress, leave=False)
-    with torch.inference_mode():
-        for first in range(0, len(dataset), batch_size):
-            samples = [dataset[i] for i in range(first, min(first + batch_size, len(dataset)))]
-            batch = dataset.collater(samples)
-            net_input = {k: v.to(device) for k, v in batch["net_input"].items()}
-            span, qtype, paragraphs, sentences = (
-                x.cpu().numpy() for x in hotpotqa_logits(model, {"net_input": net_input})
+    for samples, batch in batches(dataset, batch_size, device, f"hotpotqa {split}", "question", progress):
+        span, qtype, paragraphs, sentences = (x.cpu().numpy() for x in hotpotqa_logits(model, batch))
+        for row, sample in enumerate(samples):
+            n = len(sample["tokens"])
+            logits = (
+                span[row, :n],
+                qtype[row],
+                paragraphs[row][batch["paragraph_mask"][row].cpu().numpy()],
+                sentences[row][batch["sentence_mask"][row].cpu().numpy()],
             )
-            for row, sample in enumerate(samples):
-                n = len(sample["tokens"])
-                logits = (
-                    span[row, :n],
-                    qtype[row],
-                    paragraphs[row][batch["paragraph_mask"][row].numpy()],
-                    sentences[row][batch["sentence_mask"][row].numpy()],
-                )
-                example = examples[sample["id"]]
-                predictions[example["_id"]] = decide(
-                    example, logits, sample["offsets"].numpy(), max_answer_tokens, sp_paragraphs
-                )
-            bar.update(len(samples))
-    bar.close()
+            example = examples[sample["id"]]
+            predictions[example["_id"]] = decide(
+                example, logits, sample["offsets"].numpy(), max_answer_tokens, sp_paragraphs
+            )
     return predictions
 
 

@@ -16,9 +16,9 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..tasks.question_answering import QA_HEAD
+from .checkpoint import batches
 from .qa_metrics import NORMALIZATIONS, qa_scores
 from .qa_spans import SpanPrediction, best_span_over_windows
 
@@ -39,19 +39,12 @@ def window_logits(
 ) -> Iterator[WindowLogits]:
     """Every window of ``split`` through the model, in file order, ``batch_size`` at a time."""
     dataset = task.dataset(split)
-    bar = tqdm(total=len(dataset), unit="window", desc=f"qa {split}", disable=not progress, leave=False)
-    with torch.inference_mode():
-        for first in range(0, len(dataset), batch_size):
-            indices = range(first, min(first + batch_size, len(dataset)))
-            batch = dataset.collater([dataset[i] for i in indices])
-            net_input = {k: v.to(device) for k, v in batch["net_input"].items()}
-            features, _ = model(**net_input, features_only=True)
-            logits = model.token_logits(QA_HEAD, features).float().cpu().numpy()
-            for row, index in enumerate(indices):
-                n = dataset.num_tokens(index)
-                yield WindowLogits(index, logits[row, :n, 0], logits[row, :n, 1])
-            bar.update(len(indices))
-    bar.close()
+    for samples, batch in batches(dataset, batch_size, device, f"qa {split}", "window", progress):
+        features, _ = model(**batch["net_input"], features_only=True)
+        logits = model.token_logits(QA_HEAD, features).float().cpu().numpy()
+        for row, sample in enumerate(samples):
+            n = dataset.num_tokens(sample["id"])
+            yield WindowLogits(sample["id"], logits[row, :n, 0], logits[row, :n, 1])
 
 
 def predict_answers(
