@@ -18,6 +18,7 @@ model learns to use it (both score about 65, linking each pronoun to a nearby me
 """
 
 import json
+import os
 import random
 import re
 
@@ -44,6 +45,23 @@ WORDS, SEGMENT = 520, 126  # words per document; tokens per 128-position segment
 NAME_AT = (31, 91)  # where the two entities are named
 CUES = 30  # the run of colour words just before each mention
 RESULTS = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread for this module's runs (fairseq-train, make and the evaluations
+    in this process). The span model's many small ops lose more to thread synchronisation
+    than they gain: the miniature's setup took 88 s with one thread and 166 s with two on
+    the 2-core CI machine (the larger fine-tuning runs elsewhere gain from two threads)."""
+    saved_env, saved_threads = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved_threads)
+    if saved_env is None:
+        del os.environ["OMP_NUM_THREADS"]
+    else:
+        os.environ["OMP_NUM_THREADS"] = saved_env
 
 
 @pytest.fixture(scope="module", autouse=True)
