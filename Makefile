@@ -189,7 +189,8 @@ summarize-arxiv: $(STAMP)
 
 # Fine-tuning (paper §6): $(1) is a recipe in recipes/finetune/, $(2) the metric fairseq
 # validates to report, or (when $(2) is empty) $(3) the longformer-fs command that scores
-# each run's best checkpoint on DATA (eval-qa, ...). The schedule is fitted to DATA's size by longformer_fs.recipes.
+# each run's best checkpoint on DATA (eval-qa, ...). The schedule is fitted to DATA's size
+# by longformer_fs.recipes.
 # With SEEDS=n, run n seeds into FT_SAVE/$(1)/seedK and print the metric's mean and spread.
 MODEL ?=
 FT_SAVE ?= checkpoints/finetune
