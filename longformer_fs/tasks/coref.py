@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from fairseq.data import Dictionary, data_utils
 from fairseq.dataclass import FairseqDataclass
-from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import BOS, EOS
@@ -128,14 +128,11 @@ class CorefTask(TokenHeadTask):
         self.datasets[split] = CorefDataset(parts, self.dictionary, self.cfg.max_positions)
         return self.datasets[split]
 
+    global_attention_from_data = False  # coreference has no global attention (paper §6)
+
     def build_model(self, cfg, from_checkpoint=False):
-        # FairseqTask's, not TokenHeadTask's: coreference has no global attention (paper
-        # §6), so the model is not told to take a global mask from the batches.
-        model = FairseqTask.build_model(self, cfg, from_checkpoint)
-        if not hasattr(model, "register_token_head"):
-            raise ValueError(f"model: {type(model).__name__} has no token heads; use --arch longformer_roberta_*")
-        head = model.register_token_head(COREF_HEAD, self.token_heads(model)[COREF_HEAD])
-        for parameter in head.parameters():
+        model = super().build_model(cfg, from_checkpoint)
+        for parameter in model.token_heads[COREF_HEAD].parameters():
             parameter.param_group = HEAD_PARAM_GROUP
         return model
 

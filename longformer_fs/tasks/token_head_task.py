@@ -57,6 +57,7 @@ class TokenHeadTask(FairseqTask):
     head: str  # the token head's name in the model (and in its checkpoints)
     head_outputs: int  # logits per token
     required_symbols: tuple[str, ...] = ()  # symbols dict.txt must hold
+    global_attention_from_data = True  # the batches mark the global tokens (not coreference's)
 
     def __init__(self, cfg, dictionary: Dictionary):
         super().__init__(cfg)
@@ -101,8 +102,9 @@ class TokenHeadTask(FairseqTask):
         # This task's batches mark the global tokens: say so through the model's declared
         # --global-attention-from-data, which user commands and configs need not repeat.
         # open_dict: a Hydra or checkpoint config written before the flag lacks the key.
-        with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
-            cfg.global_attention_from_data = True
+        if self.global_attention_from_data:
+            with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.nullcontext():
+                cfg.global_attention_from_data = True
         model = super().build_model(cfg, from_checkpoint)
         if not hasattr(model, "register_token_head"):
             raise ValueError(f"model: {type(model).__name__} has no token heads; use --arch longformer_roberta_*")
