@@ -309,13 +309,7 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
             "".join(f"{label} {train_counts[label]}\n" for label in labels), encoding="utf-8"
         )
         result = {"labels": labels, "report_length": cfg.report_length, "splits": stats}
-        staging.publish(
-            KIND,
-            inputs,
-            stats=result,
-            labels=labels,
-            splits={s: {"documents": v["documents"]} for s, v in stats.items()},
-        )
+        staging.publish(KIND, inputs, stats=result, counted=("documents",), labels=labels)
     return result
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, file_stamp, previous_stats
+from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, file_stamp, previous_stats
 from .inputs import wrong_kind
 from .subword import SubwordSpec
 
@@ -271,51 +271,40 @@ def prepare_coref(cfg: CorefConfig, out: Path, force: bool = False, log=print) -
         for split, documents in data.items():
             stats[split] = _write_split(staging.dir, split, documents, encoder, cfg.max_tokens, bar)
         result = {"max_tokens": cfg.max_tokens, "splits": stats}
-        staging.publish(
-            KIND,
-            inputs,
-            stats=result,
-            owned=outputs,
-            splits={s: {"documents": v["documents"]} for s, v in stats.items()},
-        )
+        staging.publish(KIND, inputs, stats=result, owned=outputs, counted=("documents",))
     return result
 
 
 def _write_split(directory: Path, split: str, documents: list[CorefDocument], encoder, max_tokens: int, bar) -> dict:
     """Tokenize and write one split's files; returns its stats."""
-    writers = {
-        "tokens": MmapWriter(directory / f"{split}.tokens", encoder.dictionary_size),
-        **{name: MmapWriter(directory / f"{split}.{name}", signed=True) for name in NAMES[1:]},
-    }
-    lengths, segments, mention_count, cluster_count = [], [], 0, 0
-    with open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
+    fields = {"tokens": encoder.dictionary_size, **{name: SplitFiles.SIGNED for name in NAMES[1:]}}
+    segments, mention_count, cluster_count = [], 0, 0
+    with SplitFiles(directory, split, fields) as files:
         for doc in documents:
             tokenized = tokenize_document(doc, encoder)
-            writers["tokens"].add(tokenized.tokens)
-            writers["sentence"].add(tokenized.sentence)
-            writers["speaker"].add(tokenized.speaker)
-            writers["mentions"].add(tokenized.mentions.reshape(-1))
-            entry = {
+            row = {
                 "id": doc.name,
                 "part": doc.part,
                 "words": doc.words,
                 "clusters": [[list(span) for span in spans] for spans in doc.clusters],
                 "subtoken_map": tokenized.subtoken_map.tolist(),
             }
-            listing.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            lengths.append(len(tokenized.tokens))
+            files.add(
+                row,
+                len(tokenized.tokens),
+                tokens=tokenized.tokens,
+                sentence=tokenized.sentence,
+                speaker=tokenized.speaker,
+                mentions=tokenized.mentions.reshape(-1),
+            )
             segments.append(segments_needed(len(tokenized.tokens), max_tokens))
             mention_count += len(tokenized.mentions)
             cluster_count += len(doc.clusters)
             bar.update(1)
-    for writer in writers.values():
-        writer.finalize()
-    lengths_array = np.asarray(lengths or [0])
     return {
         "documents": len(documents),
-        "tokens": int(lengths_array.sum()),
-        "mean_tokens": float(lengths_array.mean()),
-        "longest": int(lengths_array.max()),
+        "tokens": sum(files.lengths),
+        **files.length_stats(),
         "multi_segment": int(sum(s > 1 for s in segments)),
         "mentions": mention_count,
         "clusters": cluster_count,
@@ -324,26 +313,15 @@ def _write_split(directory: Path, split: str, documents: list[CorefDocument], en
 
 def stats_table(result: dict) -> str:
     """One row per split: documents, tokens, how many need more than one segment, mentions."""
-    rows = [
-        (
-            "split",
-            "documents",
-            "tokens",
-            "mean",
-            "max",
-            f"> 1 segment of {result['max_tokens']}",
-            "mentions",
-            "clusters",
-        )
-    ]
+    more = f"> 1 segment of {result['max_tokens']}"
+    rows = [("split", "documents", "tokens", *SplitFiles.LENGTH_HEADERS, more, "mentions", "clusters")]
     for split, st in result["splits"].items():
         rows.append(
             (
                 split,
                 f"{st['documents']:,}",
                 f"{st['tokens']:,}",
-                f"{st['mean_tokens']:,.0f}",
-                f"{st['longest']:,}",
+                *SplitFiles.length_cells(st),
                 f"{st['multi_segment']:,}",
                 f"{st['mentions']:,}",
                 f"{st['clusters']:,}",

@@ -63,14 +63,25 @@ class DocPrepConfig:
 
 @dataclass
 class SourceStats:
+    """Where one source's documents went. Every document read ends in exactly one of
+    ``documents``, ``duplicate``, ``sampled_out`` and ``too_short``."""
+
     read: int = 0
+    """Documents its reader produced."""
     documents: int = 0
+    """Kept, and written to a split."""
     tokens: int = 0
+    """Subword tokens in the kept documents."""
     duplicate: int = 0
+    """Dropped: the same text (after stripping) came earlier, from any source."""
     sampled_out: int = 0
+    """Dropped by the source's ``fractions`` entry."""
     too_short: int = 0
+    """Dropped: fewer tokens than the source's ``min_tokens``."""
     skipped: int = 0
+    """Inputs that yielded no document (unreadable file, malformed line); not in ``read``."""
     characters: int = 0
+    """Characters in the kept documents."""
 
 
 # ---------------------------------------------------------------- worker side

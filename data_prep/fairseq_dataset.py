@@ -12,7 +12,8 @@ made from and what came out. This module holds what they share:
 - :class:`Staging`: files are written under ``OUT/.partial`` and moved in together, the
   manifest last, so an interrupted run never looks finished; a run that fails removes
   what it staged;
-- :class:`MmapWriter`, one fairseq mmap dataset written item by item;
+- :class:`MmapWriter`, one fairseq mmap dataset written item by item, and
+  :class:`SplitFiles`, one split of aligned datasets with a JSONL listing beside them;
 - :func:`file_stamp` (what a manifest records of an input file), :func:`batched`, and
   :func:`aligned_table`, the layout of the stats table each command prints.
 
@@ -173,14 +174,20 @@ class Staging:
         if self._created_out and self.out.is_dir() and not any(self.out.iterdir()):
             self.out.rmdir()
 
-    def publish(self, kind: str, inputs: dict, owned: Iterable[str] = (), stats: dict | None = None, **outputs) -> dict:
+    def publish(
+        self, kind: str, inputs: dict, owned: Iterable[str] = (), stats: dict | None = None, counted=(), **outputs
+    ) -> dict:
         """Move the staged files in and write the manifest; returns it.
 
         ``owned`` names the files this kind of preparation may write: those in ``out``
         that this run did not stage (a split an earlier run had) are removed, or they
         would pass for this run's. ``stats``, what the preparation returns, is kept as
-        ``stats.json`` for :func:`previous_stats`.
+        ``stats.json`` for :func:`previous_stats`. ``counted`` names counts of each split
+        in ``stats["splits"]`` that the manifest repeats as ``splits`` (the recipes size
+        a run's updates from them).
         """
+        if counted:
+            outputs["splits"] = {s: {k: st[k] for k in counted} for s, st in stats["splits"].items()}
         if stats is not None:
             (self.dir / STATS).write_text(json.dumps(stats, indent=2))
         manifest = {"format": FORMAT_VERSION, "kind": kind, "inputs": inputs, **outputs}
@@ -255,3 +262,73 @@ class MmapWriter:
             index.write(self._header + struct.pack("<Q", len(sizes)))
             index.write(sizes.tobytes())
             index.write(offsets.tobytes())
+
+
+class SplitFiles:
+    """One split whose items span several aligned datasets, plus a listing.
+
+    Writes ``{split}.{field}`` for each field, item ``i`` of every field belonging to
+    example ``i``, and ``{split}.{listing}.jsonl``, item ``i``'s row for evaluation
+    (ids, gold answers, texts: what the binarized files cannot hold). Use it as a
+    context manager, or call :meth:`close`: the datasets are finalized when the block
+    ends without an error (after an error, :class:`Staging` discards the files).
+
+    Args:
+        directory: where the files go (a staging directory).
+        split: the split's name.
+        fields: field -> how it is stored: a vocabulary size (ids below it, unsigned) or
+            :attr:`SIGNED` (int32, for positions and offsets that may be -1).
+        listing: the listing's name: ``examples``, or ``windows`` where an example
+            spans several items.
+
+    Attributes:
+        lengths: each item's length in tokens, as given to :meth:`add`.
+    """
+
+    SIGNED = "signed"
+
+    def __init__(self, directory: Path, split: str, fields: dict[str, int | str], listing: str = "examples"):
+        self._datasets = {
+            name: MmapWriter(directory / f"{split}.{name}", signed=True)
+            if kind == self.SIGNED
+            else MmapWriter(directory / f"{split}.{name}", kind)
+            for name, kind in fields.items()
+        }
+        self._listing = open(directory / f"{split}.{listing}.jsonl", "w", encoding="utf-8")
+        self.lengths: list[int] = []
+
+    def add(self, row: dict, length: int, **items) -> None:
+        """Append one item: its listing row, its length in tokens, and one 1-D array per field."""
+        if items.keys() != self._datasets.keys():
+            raise TypeError(f"SplitFiles.add: expected fields {sorted(self._datasets)}, got {sorted(items)}")
+        for name, values in items.items():
+            self._datasets[name].add(values)
+        self._listing.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.lengths.append(length)
+
+    def length_stats(self) -> dict:
+        """``{"mean_tokens", "longest"}`` over the items added (0 for none)."""
+        lengths = np.asarray(self.lengths or [0])
+        return {"mean_tokens": float(lengths.mean()), "longest": int(lengths.max())}
+
+    LENGTH_HEADERS = ("mean tokens", "max")
+
+    @staticmethod
+    def length_cells(split_stats: dict) -> tuple[str, str]:
+        """A stats table's cells under :attr:`LENGTH_HEADERS` for a split's :meth:`length_stats`."""
+        return f"{split_stats['mean_tokens']:,.0f}", f"{split_stats['longest']:,}"
+
+    def __enter__(self) -> SplitFiles:
+        return self
+
+    def close(self) -> None:
+        """Finalize the datasets and close the listing."""
+        self._listing.close()
+        for dataset in self._datasets.values():
+            dataset.finalize()
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        if error_type is None:
+            self.close()
+        else:
+            self._listing.close()

@@ -56,11 +56,10 @@ import numpy as np
 
 from longformer_fs.conventions import BOS, HOTPOTQA_SYMBOLS
 
-from .fairseq_dataset import MmapWriter, PrepError, aligned_table, batched, file_stamp, previous_stats
+from .fairseq_dataset import PrepError, SplitFiles, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .qa import char_spans_to_tokens, find_answer_spans
-from .subword import SubwordSpec
-from .wikihop import check_config, read_splits, write_examples
+from .wikihop import WikihopConfig, check_config, read_splits, write_examples
 from .wikihop import input_manifest as wikihop_inputs
 
 KIND = "hotpotqa"
@@ -189,22 +188,14 @@ def select_paragraphs(example: HotpotExample, titles: list[str], source) -> Hotp
 
 
 @dataclass(frozen=True)
-class HotpotqaConfig:
-    """What ``prep hotpotqa`` reads.
+class HotpotqaConfig(WikihopConfig):
+    """What ``prep hotpotqa`` reads: WikiHop's fields (the files are read and split the
+    same way; ``max_tokens`` is where sequences are cut, and the cuts are counted), and
 
     Attributes:
-        files: split -> HotpotQA JSON; empty when ``input`` is split.
-        input: one JSON to split by ``valid_fraction``/``test_fraction`` (by ``_id``).
-        max_tokens: the longest sequence; longer ones are cut (and counted).
         evidence: ``eval-hotpotqa --write-evidence`` files: keep only their paragraphs.
     """
 
-    subword: SubwordSpec
-    files: dict
-    max_tokens: int = 4096
-    input: Path | None = None
-    valid_fraction: float = 0.1
-    test_fraction: float = 0.1
     evidence: tuple[Path, ...] = ()
 
 
@@ -334,13 +325,11 @@ def prepare_hotpotqa(cfg: HotpotqaConfig, out: Path, force: bool = False, log=pr
 
 def _write_split(directory, split, examples, source, encoder, symbol_ids, dictionary_size, max_tokens, bar) -> dict:
     """Tokenize and write one split's files; returns its stats."""
-    writers = {
-        "tokens": MmapWriter(directory / f"{split}.tokens", dictionary_size),
-        **{name: MmapWriter(directory / f"{split}.{name}", signed=True) for name in ("offsets", "starts", "ends")},
-        **{name: MmapWriter(directory / f"{split}.{name}", 3) for name in ("paragraphs", "sentences", "qtype")},
-    }
-    lengths, counts = [], Counter()
-    with open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
+    signed = SplitFiles.SIGNED
+    fields = {"tokens": dictionary_size, "offsets": signed, "starts": signed, "ends": signed}
+    fields |= {"paragraphs": 3, "sentences": 3, "qtype": 3}
+    counts = Counter()
+    with SplitFiles(directory, split, fields) as files:
         for batch in batched(examples, BATCH_EXAMPLES):
             encoded = iter(encoder.encode_with_offsets([t for ex in batch for t in _pieces(ex)]))
             for ex in batch:
@@ -350,16 +339,9 @@ def _write_split(directory, split, examples, source, encoder, symbol_ids, dictio
                         f"{source}: _id {ex.id!r}: the question leaves no room for a paragraph in "
                         f"--max-tokens {max_tokens}"
                     )
-                writers["tokens"].add(item.tokens)
-                writers["offsets"].add(item.offsets.reshape(-1))
                 # [-1] for no span: the task pads with -1 anyway, and a split without any
                 # span would otherwise write an empty .bin, which fairseq cannot map.
                 spans = item.spans if len(item.spans) else np.full((1, 2), -1)
-                writers["starts"].add(spans[:, 0])
-                writers["ends"].add(spans[:, 1])
-                writers["paragraphs"].add(np.array(item.paragraph_labels))
-                writers["sentences"].add(np.array(item.sentence_labels))
-                writers["qtype"].add(np.array([ex.qtype]))
                 row = {
                     **ex.record,
                     "type": QUESTION_TYPES[ex.qtype],
@@ -367,20 +349,25 @@ def _write_split(directory, split, examples, source, encoder, symbol_ids, dictio
                     "sentence_counts": item.sentence_counts,
                     "context": item.context,
                 }
-                listing.write(json.dumps(row, ensure_ascii=False) + "\n")
-                lengths.append(len(item.tokens))
+                files.add(
+                    row,
+                    len(item.tokens),
+                    tokens=item.tokens,
+                    offsets=item.offsets.reshape(-1),
+                    starts=spans[:, 0],
+                    ends=spans[:, 1],
+                    paragraphs=np.array(item.paragraph_labels),
+                    sentences=np.array(item.sentence_labels),
+                    qtype=np.array([ex.qtype]),
+                )
                 counts["truncated"] += item.truncated
                 counts["answer_lost_to_truncation"] += item.lost_answer
                 counts["span_without_match"] += ex.qtype == 0 and len(item.spans) == 0 and not item.lost_answer
                 counts[QUESTION_TYPES[ex.qtype]] += 1
             bar.update(len(batch))
-    for writer in writers.values():
-        writer.finalize()
-    lengths_array = np.asarray(lengths or [0])
     return {
         "examples": len(examples),
-        "mean_tokens": float(lengths_array.mean()),
-        "longest": int(lengths_array.max()),
+        **files.length_stats(),
         "truncated": counts["truncated"],
         "answer_lost_to_truncation": counts["answer_lost_to_truncation"],
         "span_without_match": counts["span_without_match"],
@@ -391,14 +378,13 @@ def _write_split(directory, split, examples, source, encoder, symbol_ids, dictio
 def stats_table(result: dict) -> str:
     """One row per split: examples, lengths, how many were cut at ``max_tokens`` and lost their answer."""
     cut = f"cut at {result['max_tokens']}"
-    rows = [("split", "examples", "mean tokens", "max", cut, "answer cut", "no match", "yes/no")]
+    rows = [("split", "examples", *SplitFiles.LENGTH_HEADERS, cut, "answer cut", "no match", "yes/no")]
     for split, st in result["splits"].items():
         rows.append(
             (
                 split,
                 f"{st['examples']:,}",
-                f"{st['mean_tokens']:,.0f}",
-                f"{st['longest']:,}",
+                *SplitFiles.length_cells(st),
                 f"{st['truncated']:,}",
                 f"{st['answer_lost_to_truncation']:,}",
                 f"{st['span_without_match']:,}",

@@ -68,7 +68,7 @@ from tqdm import tqdm
 from longformer_fs.conventions import BOS, EOS, TRIVIAQA
 
 from . import fairseq_dataset
-from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
+from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
 from .subword import SubwordEncoder, SubwordSpec
@@ -373,14 +373,29 @@ class QaPrepConfig:
 
 @dataclass
 class QaSplitStats:
-    """Counts of one split. ``occurrences`` sums gold character spans over the examples read."""
+    """Counts of one split. Every example read ends in exactly one of ``answer_found``,
+    ``answer_not_in_text`` and ``answer_in_no_window``.
+
+    Attributes:
+        examples: examples read.
+        windows: windows written.
+        answer_found: examples with a gold answer wholly inside at least one window.
+        answer_not_in_text: examples none of whose answers occurs in the text.
+        answer_in_no_window: in the text, but wholly inside no window (truncated away, or
+            cut by the window edges).
+        skipped: train examples without a found answer: not written (the other splits
+            keep them, for scoring).
+        occurrences: gold character spans, summed over the examples read.
+        truncated_documents: documents cut at ``max_tokens`` (without ``doc_stride``).
+        longest_question: the longest question, in tokens.
+    """
 
     examples: int = 0
     windows: int = 0
     answer_found: int = 0
     answer_not_in_text: int = 0
-    answer_in_no_window: int = 0  # in the text, but wholly inside no window (truncated away, or cut by edges)
-    skipped: int = 0  # train examples without a found answer
+    answer_in_no_window: int = 0
+    skipped: int = 0
     occurrences: int = 0
     truncated_documents: int = 0
     longest_question: int = 0
@@ -467,16 +482,14 @@ def placed_examples(cfg: QaPrepConfig) -> tuple[dict[str, tuple[Path, int]], Ite
     return {split: (cfg.input, counts[split]) for split in SPLITS if counts[split]}, zip(placed, examples, strict=True)
 
 
-class _SplitFiles:
-    """The files of one split, written example by example, and its counts."""
+class _QaSplit:
+    """One split as it is written: its windows (the datasets, and ``windows.jsonl``
+    naming each window's example), ``examples.jsonl`` for evaluation, and its counts."""
 
     def __init__(self, directory: Path, split: str, dictionary_size: int):
         self.split = split
-        self.items = {
-            name: MmapWriter(directory / f"{split}.{name}", signed=True) for name in ("starts", "ends", "offsets")
-        }
-        self.items["tokens"] = MmapWriter(directory / f"{split}.tokens", dictionary_size)
-        self.windows = open(directory / f"{split}.windows.jsonl", "w", encoding="utf-8")
+        fields = {"tokens": dictionary_size, **{name: SplitFiles.SIGNED for name in ITEM_FILES[1:]}}
+        self.windows = SplitFiles(directory, split, fields, listing="windows")
         self.examples = open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8")
         self.stats = QaSplitStats()
 
@@ -498,18 +511,14 @@ class _SplitFiles:
             st.skipped += 1
             return
         for k, window in enumerate(windows):
-            self.items["tokens"].add(window.tokens)
-            self.items["starts"].add(window.starts)
-            self.items["ends"].add(window.ends)
-            self.items["offsets"].add(window.offsets.reshape(-1))
-            self.windows.write(json.dumps({"id": example.id, "window": k, "question_tokens": question_tokens}) + "\n")
+            row = {"id": example.id, "window": k, "question_tokens": question_tokens}
+            items = {"starts": window.starts, "ends": window.ends, "offsets": window.offsets.reshape(-1)}
+            self.windows.add(row, len(window.tokens), tokens=window.tokens, **items)
         st.windows += len(windows)
         record = {"id": example.id, "question": example.question, "answers": list(example.answers)}
         self.examples.write(json.dumps({**record, "context": example.context}, ensure_ascii=False) + "\n")
 
     def close(self) -> None:
-        for writer in self.items.values():
-            writer.finalize()
         self.windows.close()
         self.examples.close()
 
@@ -517,7 +526,7 @@ class _SplitFiles:
 def _write_examples(cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path) -> dict[str, QaSplitStats]:
     """Tokenize, window and write every example into its split's files; returns each split's counts."""
     sources, placed = placed_examples(cfg)
-    files = {split: _SplitFiles(directory, split, encoder.dictionary_size) for split in sources}
+    files = {split: _QaSplit(directory, split, encoder.dictionary_size) for split in sources}
     with tqdm(total=sum(n for _, n in sources.values()), desc="tokenize+window", unit=" examples") as bar:
         for batch in batched(placed, BATCH_EXAMPLES):
             encoded = encoder.encode_with_offsets([text for _, ex in batch for text in (ex.question, ex.context)])
@@ -565,9 +574,7 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
         splits = {split: asdict(st) for split, st in _write_examples(cfg, encoder, staging.dir).items()}
         encoder.write_dictionary(staging.dir / "dict.txt")
         result = {"format": cfg.format, "max_tokens": cfg.max_tokens, "doc_stride": cfg.doc_stride, "splits": splits}
-        staging.publish(
-            KIND, inputs, stats=result, owned=outputs, splits={s: {"windows": v["windows"]} for s, v in splits.items()}
-        )
+        staging.publish(KIND, inputs, stats=result, owned=outputs, counted=("windows",))
     return result
 
 

@@ -445,13 +445,7 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
                 "examples": [asdict(d) for d in skipped[:REPORTED]],
             },
         }
-        staging.publish(
-            KIND,
-            inputs,
-            stats=result,
-            owned=every_output,
-            splits={s: {k: st[k] for k in ("pairs", "source_tokens")} for s, st in result["splits"].items()},
-        )
+        staging.publish(KIND, inputs, stats=result, owned=every_output, counted=("pairs", "source_tokens"))
     return result
 
 

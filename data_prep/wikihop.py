@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_SYMBOLS
 
-from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
+from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
 from .subword import SubwordSpec
@@ -258,9 +258,7 @@ def write_examples(out, kind, inputs, outputs, cfg, data, encoder, symbols, writ
                 staging.dir, split, examples, source, encoder, symbol_ids, dictionary_size, cfg.max_tokens, bar
             )
         result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
-        staging.publish(
-            kind, inputs, stats=result, owned=outputs, splits={s: {"examples": v["examples"]} for s, v in stats.items()}
-        )
+        staging.publish(kind, inputs, stats=result, owned=outputs, counted=("examples",))
     return result
 
 
@@ -276,13 +274,10 @@ def _write_split(
     bar,
 ) -> dict:
     """Tokenize and write one split's files; returns its stats."""
-    writers = {
-        "prefix": MmapWriter(directory / f"{split}.prefix", dictionary_size),
-        "context": MmapWriter(directory / f"{split}.context", dictionary_size),
-        "label": MmapWriter(directory / f"{split}.label", max((len(ex.candidates) for ex in examples), default=1)),
-    }
-    lengths, prefixes, chunks = [], [], Counter()
-    with open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8") as listing:
+    labels = max((len(ex.candidates) for ex in examples), default=1)
+    fields = {"prefix": dictionary_size, "context": dictionary_size, "label": labels}
+    prefixes, chunks = [], Counter()
+    with SplitFiles(directory, split, fields) as files:
         for batch in batched(examples, BATCH_EXAMPLES):
             # Each piece as it reads after a symbol or </s> in running text, with a space
             # before it: then a candidate's GPT-2 pieces are those of its mentions in the
@@ -301,42 +296,29 @@ def _write_split(
                         f"{source}: example {ex.id!r}: question and candidates take {len(prefix)} "
                         f"tokens, leaving no room for the context in --max-tokens {max_tokens}"
                     )
-                writers["prefix"].add(prefix)
-                writers["context"].add(context)
-                writers["label"].add(np.array([ex.label]))
-                listing.write(
-                    json.dumps(
-                        {"id": ex.id, "candidates": list(ex.candidates), "answer": ex.answer}, ensure_ascii=False
-                    )
-                    + "\n"
-                )
-                lengths.append(len(prefix) + len(context))
+                row = {"id": ex.id, "candidates": list(ex.candidates), "answer": ex.answer}
+                files.add(row, len(prefix) + len(context), prefix=prefix, context=context, label=np.array([ex.label]))
                 prefixes.append(len(prefix))
                 chunks[-(-len(context) // room)] += 1
             bar.update(len(batch))
-    for writer in writers.values():
-        writer.finalize()
-    lengths_array = np.asarray(lengths or [0])
     return {
         "examples": len(examples),
-        "mean_tokens": float(lengths_array.mean()),
-        "longest": int(lengths_array.max()),
+        **files.length_stats(),
         "max_prefix_tokens": max(prefixes, default=0),
-        "over_max_tokens": int((lengths_array > max_tokens).sum()),
+        "over_max_tokens": sum(n > max_tokens for n in files.lengths),
         "chunks": {str(k): chunks[k] for k in sorted(chunks)},
     }
 
 
 def stats_table(result: dict) -> str:
     """One row per split: examples, lengths, how many exceed the model and their chunk counts."""
-    rows = [("split", "examples", "mean tokens", "max", f"> {result['max_tokens']}", "chunks: examples")]
+    rows = [("split", "examples", *SplitFiles.LENGTH_HEADERS, f"> {result['max_tokens']}", "chunks: examples")]
     for split, st in result["splits"].items():
         rows.append(
             (
                 split,
                 f"{st['examples']:,}",
-                f"{st['mean_tokens']:,.0f}",
-                f"{st['longest']:,}",
+                *SplitFiles.length_cells(st),
                 f"{st['over_max_tokens']:,}",
                 " ".join(f"{k}:{n}" for k, n in st["chunks"].items()),
             )
