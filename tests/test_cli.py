@@ -91,6 +91,27 @@ def test_help_lists_every_command_with_its_help():
             assert name.split()[1] in bench and " ".join(help_text.split()[:3]) in bench, name
 
 
+def test_config_from_args_fills_fields_from_flags_and_refuses_a_field_without_one():
+    import argparse
+    from dataclasses import dataclass
+
+    from longformer_fs.commands.options import config_from_args
+
+    @dataclass(frozen=True)
+    class Config:
+        files: dict
+        max_tokens: int
+        evidence: tuple = ()
+
+    args = argparse.Namespace(train=Path("t.json"), valid=None, test=Path("x.json"), max_tokens=7, evidence=["e"])
+    assert config_from_args(Config, args, evidence=("e",)) == Config(
+        {"train": Path("t.json"), "test": Path("x.json")}, 7, ("e",)
+    )
+    del args.max_tokens
+    with pytest.raises(TypeError, match=r"Config.max_tokens: no --max-tokens flag"):
+        config_from_args(Config, args)
+
+
 def test_bench_attention_writes_table_json_and_plot(tmp_path, capsys):
     from longformer_fs.attention import available_backends
 

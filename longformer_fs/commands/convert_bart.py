@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from longformer_fs.conversion.bart import convert_bart
 
-from .options import add_conversion_arguments
+from .options import add_conversion_arguments, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,26 +35,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="512",
         help="one-sided encoder window: 'w' for every layer or 'w0,w1,...' (paper: 512, i.e. a 1,024-token window)",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
     report = convert_bart(args.bart, args.out, args.max_source_positions, args.window)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
+    return print_report(report, args.json, _summary)
+
+
+def _summary(report: dict):
     old, new = report["source_positions"]
     encoder, decoder = report["layers"]
-    print(
+    yield (
         f"converted {report['source']} ({report['source_model']}, {encoder}+{decoder} layers) -> "
         f"{report['output']} as {report['arch']}"
     )
-    print(f"  encoder positions: {old} -> {new} (copies of the {old} learned rows; fairseq's reserved rows kept)")
-    print(f"  decoder positions: {report['target_positions']} (unchanged)")
-    print(f"  global projections: {report['global_projection_tensors']} tensors copied from the encoder's q/k/v")
-    print(f"  encoder window: {report['window']} per side; global attention on each source's first <s>")
-    print(
+    yield f"  encoder positions: {old} -> {new} (copies of the {old} learned rows; fairseq's reserved rows kept)"
+    yield f"  decoder positions: {report['target_positions']} (unchanged)"
+    yield f"  global projections: {report['global_projection_tensors']} tensors copied from the encoder's q/k/v"
+    yield f"  encoder window: {report['window']} per side; global attention on each source's first <s>"
+    yield (
         f"  next: fairseq-hydra-train --config-dir recipes/summarization --config-name led_base_16k "
         f"task.data=DATA checkpoint.finetune_from_model={report['output']}"
     )
-    return 0

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from longformer_fs.conversion.roberta import convert_roberta
 
-from .options import add_conversion_arguments
+from .options import add_conversion_arguments, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated new dictionary symbols with random embedding rows, appended to dict.txt "
         "(WikiHop: '[q],[/q],[ent],[/ent]'); existing rows are unchanged",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -57,22 +55,22 @@ def main(args: argparse.Namespace) -> int:
     report = convert_roberta(
         args.roberta, args.out, args.max_positions, args.window, args.position_init, args.seed, extra_tokens=extra
     )
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
+    return print_report(report, args.json, _summary)
+
+
+def _summary(report: dict):
     old, new = report["positions"]
-    print(
+    yield (
         f"converted {report['source']} ({report['source_model']}, {report['layers']} layers) "
         f"-> {report['output']} as {report['arch']}"
     )
-    print(f"  positions: {old} -> {new} ({report['position_init']}; fairseq's 2 reserved rows kept)")
-    print(f"  global projections: {report['global_projection_tensors']} tensors copied from q/k/v")
-    print(f"  window: {report['window']} per side")
+    yield f"  positions: {old} -> {new} ({report['position_init']}; fairseq's 2 reserved rows kept)"
+    yield f"  global projections: {report['global_projection_tensors']} tensors copied from q/k/v"
+    yield f"  window: {report['window']} per side"
     if report["added_tokens"]:
         added = ", ".join(f"{symbol} (id {index})" for symbol, index in report["added_tokens"].items())
-        print(f"  added tokens: {added}")
-    print(
+        yield f"  added tokens: {added}"
+    yield (
         f"  next: fairseq-hydra-train --config-dir recipes/mlm --config-name longformer_base_4096 "
         f"task.data=DATA checkpoint.finetune_from_model={report['output']}"
     )
-    return 0

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from longformer_fs.conversion.hf import export_hf
 
-from .options import add_conversion_arguments
+from .options import add_conversion_arguments, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,19 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dict", type=Path, default=None, help="the model's fairseq dict.txt (default: next to the checkpoint)"
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
     report = export_hf(args.checkpoint, args.out, args.tokenizer, args.dict)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    print(
+    return print_report(report, args.json, _summary)
+
+
+def _summary(report: dict):
+    yield (
         f"exported {report['checkpoint']} -> {report['output']} ({report['layers']} layers, "
         f"HF attention_window {report['attention_window_hf'][0]}"
         f"{'' if len(set(report['attention_window_hf'])) == 1 else ' ...'}, vocab {report['vocab']}, "
         f"tokenizer: {report['tokenizer'] or 'none'})"
     )
-    print(f"  load: transformers.{report['model_class']}.from_pretrained({str(report['output'])!r})")
-    return 0
+    yield f"  load: transformers.{report['model_class']}.from_pretrained({str(report['output'])!r})"

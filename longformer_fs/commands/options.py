@@ -3,13 +3,14 @@
 - :func:`add_output_arguments`: ``--out`` and ``--force`` of the ``prep`` commands that
   build a dataset directory;
 - :func:`add_evaluation_arguments`: the checkpoint, ``--data`` and ``--split`` of the
-  ``eval-*`` commands; :func:`add_conversion_arguments`: the checkpoint and ``--out`` of
-  the commands that write a converted model;
+  ``eval-*`` commands; :func:`add_conversion_arguments`: the checkpoint, ``--out`` and
+  ``--json`` of the commands that write a converted model, and :func:`print_report`;
 - :func:`add_split_arguments`: the ``--train/--valid/--test`` files, or one ``--input``
   to split by ``--valid-fraction``/``--test-fraction``; :func:`split_files`: the split
   files given;
-- :func:`run_preparation`: run a preparation, timed, and print its stats table;
-  :func:`print_done` closes its report;
+- :func:`config_from_args`: a preparation's config from the flags named like its fields;
+- :func:`run_preparation`: run a preparation, timed, and print its report, with
+  :func:`symbol_report` and :func:`dropped_report` where it has symbols or dropped inputs;
 - :func:`comma_triple`: an argument type for ``TRAIN,VALID,TEST`` numbers;
 - :func:`add_device_argument`: ``--device``, CUDA when there is one.
 """
@@ -17,11 +18,37 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 SPLIT_NAMES = ("train", "valid", "test")
+
+
+def config_from_args(config_type: type, args: argparse.Namespace, **given):
+    """A preparation's ``config_type`` dataclass from the command line.
+
+    A field named in ``given`` takes that value; ``subword`` and ``files`` are built from
+    the subword flags and :func:`split_files`; any other field takes the flag of its name
+    (``--max-tokens`` sets ``max_tokens``). So a command names only the fields whose flag
+    differs from them, and a field that matches no flag is an error here, not a flag
+    silently ignored.
+    """
+    from .subword_options import subword_spec
+
+    built = {"subword": subword_spec, "files": split_files}
+    values = dict(given)
+    for f in dataclasses.fields(config_type):
+        if f.name in values:
+            continue
+        if f.name in built:
+            values[f.name] = built[f.name](args)
+        elif hasattr(args, f.name):
+            values[f.name] = getattr(args, f.name)
+        else:
+            raise TypeError(f"{config_type.__name__}.{f.name}: no --{f.name.replace('_', '-')} flag, and not given")
+    return config_type(**values)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,9 +67,21 @@ def add_evaluation_arguments(
 
 
 def add_conversion_arguments(parser: argparse.ArgumentParser, source: str, source_help: str, out_help: str) -> None:
-    """``SOURCE --out DIR``: a checkpoint read, and the directory its conversion is written to."""
+    """``SOURCE --out DIR [--json]``: a checkpoint read, the directory its conversion is
+    written to, and how the report is printed (:func:`print_report`)."""
     parser.add_argument(source, type=Path, help=source_help)
     parser.add_argument("--out", type=Path, required=True, help=out_help)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def print_report(report: dict, as_json: bool, summary: Callable[[dict], Iterable[str]]) -> int:
+    """``report`` as indented JSON, or as the lines of ``summary(report)``. Returns the
+    command's exit status, 0."""
+    import json
+
+    for line in [json.dumps(report, indent=2)] if as_json else summary(report):
+        print(line)
+    return 0
 
 
 def add_split_arguments(parser, files: str, input_help: str, items: str, fraction: float = 0.1) -> None:
@@ -66,22 +105,34 @@ def split_files(args: argparse.Namespace) -> dict[str, Path]:
     return {split: getattr(args, split) for split in SPLIT_NAMES if getattr(args, split) is not None}
 
 
-def run_preparation(prepare: Callable, cfg, args: argparse.Namespace, stats_table: Callable) -> tuple[dict, float]:
-    """``prepare(cfg, args.out, args.force)``, then its stats table printed.
-
-    Returns:
-        What ``prepare`` returned, and the seconds it took.
-    """
+def run_preparation(
+    prepare: Callable, cfg, args: argparse.Namespace, stats_table: Callable, report: Callable | None = None
+) -> int:
+    """``prepare(cfg, args.out, args.force)``, then its report: the stats table, the lines
+    ``report(result)`` yields (what else the user should see), and where the output went
+    and how long it took. Returns the command's exit status, 0."""
     start = time.perf_counter()
     result = prepare(cfg, args.out, args.force)
     seconds = time.perf_counter() - start
     print(stats_table(result))
-    return result, seconds
-
-
-def print_done(args: argparse.Namespace, seconds: float) -> None:
-    """The last line of a preparation's report: where it went, how long it took."""
+    for line in report(result) if report is not None else ():
+        print(line)
     print(f"{args.out}: done in {seconds:.1f} s (stats in {args.out / 'stats.json'})")
+    return 0
+
+
+def symbol_report(result: dict) -> Iterator[str]:
+    """The ids that the special symbols a preparation appended to ``dict.txt`` got."""
+    yield "symbol ids: " + ", ".join(f"{symbol}={i}" for symbol, i in result["symbols"].items())
+
+
+def dropped_report(title: str, dropped: dict, shown: int = 10) -> Iterator[str]:
+    """``title count (n reason, ...)`` and the first ``shown`` examples (``origin: reason``)
+    of a preparation's ``{"count", "by_reason", "examples"}`` record of inputs it left out."""
+    reasons = ", ".join(f"{n} {reason}" for reason, n in dropped.get("by_reason", {}).items())
+    yield f"{title} {dropped['count']:,}" + (f" ({reasons})" if reasons else "")
+    for example in dropped["examples"][:shown]:
+        yield f"  {example['origin']}: {example['reason']}"
 
 
 def comma_triple(convert: Callable, valid: Callable[[tuple], bool], expected: str) -> Callable[[str], tuple]:

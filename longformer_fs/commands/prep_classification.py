@@ -7,8 +7,8 @@ from pathlib import Path
 
 from data_prep.classification import ClassificationConfig, prepare_classification, stats_table
 
-from .options import SPLIT_NAMES, add_output_arguments, comma_triple, print_done, run_preparation, split_files
-from .subword_options import add_subword_arguments, subword_spec
+from .options import SPLIT_NAMES, add_output_arguments, comma_triple, config_from_args, run_preparation
+from .subword_options import add_subword_arguments
 
 _weights = comma_triple(float, lambda weights: not (min(weights) < 0 or weights[0] <= 0), "weights (>= 0, TRAIN > 0)")
 
@@ -64,20 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = ClassificationConfig(
-        subword_spec(args),
-        split_files(args),
-        args.input,
-        args.split,
-        args.seed,
-        args.text_field,
-        args.label_field,
-        args.text_column,
-        args.label_column,
-        args.labels,
-        args.report_length,
-    )
-    result, seconds = run_preparation(prepare_classification, cfg, args, stats_table)
-    print(f"labels (class 0..{len(result['labels']) - 1}): {', '.join(result['labels'])}")
-    print_done(args, seconds)
-    return 0
+    cfg = config_from_args(ClassificationConfig, args, split_weights=args.split)
+    return run_preparation(prepare_classification, cfg, args, stats_table, _label_report)
+
+
+def _label_report(result: dict):
+    yield f"labels (class 0..{len(result['labels']) - 1}): {', '.join(result['labels'])}"

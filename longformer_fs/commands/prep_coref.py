@@ -8,8 +8,8 @@ from pathlib import Path
 
 from data_prep.coref import CorefConfig, prepare_coref, stats_table
 
-from .options import SPLIT_NAMES, add_output_arguments, print_done, run_preparation, split_files
-from .subword_options import add_subword_arguments, subword_spec
+from .options import SPLIT_NAMES, add_output_arguments, config_from_args, run_preparation
+from .subword_options import add_subword_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = CorefConfig(subword_spec(args), split_files(args), args.max_tokens)
-    _, seconds = run_preparation(prepare_coref, cfg, args, stats_table)
-    print_done(args, seconds)
-    return 0
+    return run_preparation(prepare_coref, config_from_args(CorefConfig, args), args, stats_table)

@@ -8,8 +8,8 @@ import os
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs, stats_table
 from data_prep.doc_sources import SourceSpec
 
-from .options import add_output_arguments, print_done, run_preparation
-from .subword_options import add_subword_arguments, subword_spec
+from .options import add_output_arguments, config_from_args, dropped_report, run_preparation
+from .subword_options import add_subword_arguments
 
 
 def _named(kind):
@@ -45,30 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an input, repeatable; KIND is txt (folder of .txt, one document per file), jsonl, "
         "wiki (.xml or .xml.bz2 dump) or pdf (file or folder); e.g. realnews=jsonl:rn.jsonl",
     )
-    parser.add_argument(
-        "--text-field",
-        action="append",
-        default=[],
-        type=_named(str),
-        metavar="NAME=FIELD",
-        help="the JSONL field holding the text of source NAME (default: text)",
+    per_source = (
+        ("--text-field", str, "NAME=FIELD", "the JSONL field holding the text of source NAME (default: text)"),
+        ("--min-tokens", int, "NAME=N", "drop documents of source NAME shorter than N tokens (paper: realnews=1200)"),
+        ("--fraction", float, "NAME=F", "keep this fraction of source NAME's documents (paper: realnews=0.333)"),
     )
-    parser.add_argument(
-        "--min-tokens",
-        action="append",
-        default=[],
-        type=_named(int),
-        metavar="NAME=N",
-        help="drop documents of source NAME shorter than N tokens (paper: realnews=1200)",
-    )
-    parser.add_argument(
-        "--fraction",
-        action="append",
-        default=[],
-        type=_named(float),
-        metavar="NAME=F",
-        help="keep this fraction of source NAME's documents (paper: realnews=0.333)",
-    )
+    for flag, kind, metavar, help_text in per_source:
+        parser.add_argument(flag, action="append", default=[], type=_named(kind), metavar=metavar, help=help_text)
     add_subword_arguments(parser)
     parser.add_argument(
         "--valid-fraction",
@@ -98,28 +81,14 @@ def main(args: argparse.Namespace) -> int:
     for text in args.sources:
         spec = SourceSpec.parse(text)
         specs.append(SourceSpec(spec.name, spec.kind, spec.path, fields.get(spec.name, "text")))
-    cfg = DocPrepConfig(
-        tuple(specs),
-        subword_spec(args),
-        dict(args.min_tokens),
-        dict(args.fraction),
-        args.valid_fraction,
-        args.test_fraction,
-        args.workers,
+    cfg = config_from_args(
+        DocPrepConfig, args, sources=tuple(specs), min_tokens=dict(args.min_tokens), fractions=dict(args.fraction)
     )
-    result, seconds = run_preparation(prepare_docs, cfg, args, stats_table)
-    if result["papers_without_abstract"]:
-        print(
-            f"papers without an 'Abstract' heading (kept, whole text as body): {len(result['papers_without_abstract'])}"
-        )
-        for origin in result["papers_without_abstract"][:10]:
-            print(f"  {origin}")
-    skipped = result["skipped"]
-    if skipped["count"]:
-        print(f"skipped {skipped['count']}: " + ", ".join(f"{n} {r}" for r, n in skipped["by_reason"].items()))
-        for example in skipped["examples"][:10]:
-            print(f"  {example['origin']}: {example['reason']}")
-    else:
-        print("skipped 0")
-    print_done(args, seconds)
-    return 0
+    return run_preparation(prepare_docs, cfg, args, stats_table, _report)
+
+
+def _report(result: dict):
+    if papers := result["papers_without_abstract"]:
+        yield f"papers without an 'Abstract' heading (kept, whole text as body): {len(papers)}"
+        yield from (f"  {origin}" for origin in papers[:10])
+    yield from dropped_report("skipped", result["skipped"])

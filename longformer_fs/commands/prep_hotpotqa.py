@@ -9,8 +9,8 @@ from pathlib import Path
 from data_prep.hotpotqa import HotpotqaConfig, prepare_hotpotqa, stats_table
 from longformer_fs.conventions import HOTPOTQA_SYMBOLS
 
-from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
-from .subword_options import add_subword_arguments, subword_spec
+from .options import add_output_arguments, add_split_arguments, config_from_args, run_preparation, symbol_report
+from .subword_options import add_subword_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,16 +40,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = HotpotqaConfig(
-        subword_spec(args),
-        split_files(args),
-        args.max_tokens,
-        args.input,
-        args.valid_fraction,
-        args.test_fraction,
-        tuple(args.evidence),
-    )
-    result, seconds = run_preparation(prepare_hotpotqa, cfg, args, stats_table)
-    print("symbol ids: " + ", ".join(f"{symbol}={i}" for symbol, i in result["symbols"].items()))
-    print_done(args, seconds)
-    return 0
+    cfg = config_from_args(HotpotqaConfig, args, evidence=tuple(args.evidence))
+    return run_preparation(prepare_hotpotqa, cfg, args, stats_table, symbol_report)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from data_prep.qa import FORMATS, QaPrepConfig, prepare_qa, stats_table
 
-from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
-from .subword_options import add_subword_arguments, subword_spec
+from .options import add_output_arguments, add_split_arguments, config_from_args, run_preparation
+from .subword_options import add_subword_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,17 +50,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = QaPrepConfig(
-        subword_spec(args),
-        args.format,
-        split_files(args),
-        args.evidence,
-        args.max_tokens,
-        args.doc_stride,
-        args.input,
-        args.valid_fraction,
-        args.test_fraction,
-    )
-    _, seconds = run_preparation(prepare_qa, cfg, args, stats_table)
-    print_done(args, seconds)
-    return 0
+    return run_preparation(prepare_qa, config_from_args(QaPrepConfig, args), args, stats_table)

@@ -7,8 +7,8 @@ import os
 
 from data_prep.summarization import LAYOUTS, SummarizationConfig, prepare_summarization, stats_table
 
-from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
-from .subword_options import add_subword_arguments, subword_spec
+from .options import add_output_arguments, add_split_arguments, config_from_args, dropped_report, run_preparation
+from .subword_options import add_subword_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,35 +63,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = SummarizationConfig(
-        args.input_format,
-        subword_spec(args),
-        files=split_files(args),
-        input=args.input,
-        valid_fraction=args.valid_fraction,
-        test_fraction=args.test_fraction,
-        source_field=args.source_field,
-        target_field=args.target_field,
-        id_field=args.id_field,
-        max_source_tokens=args.max_source_tokens,
-        max_target_tokens=args.max_target_tokens,
-        truncate=not args.no_truncate,
-        workers=args.workers,
-    )
-    result, seconds = run_preparation(prepare_summarization, cfg, args, stats_table)
+    cfg = config_from_args(SummarizationConfig, args, truncate=not args.no_truncate)
+    return run_preparation(prepare_summarization, cfg, args, stats_table, _report)
+
+
+def _report(result: dict):
     limits = result["limits"]
-    print(
+    yield (
         f"limits: sources {limits['max_source_tokens']:,} tokens (<s> and </s> included), "
         f"summaries {limits['max_target_tokens']:,} (</s> included)"
     )
-    for key, title in (("empty_side", "pairs with an empty side"), ("skipped", "lines skipped")):
-        report = result[key]
-        if not report["count"]:
-            print(f"{title}: 0")
-            continue
-        reasons = ", ".join(f"{n} {reason}" for reason, n in report.get("by_reason", {}).items())
-        print(f"{title}: {report['count']:,}" + (f" ({reasons})" if reasons else ""))
-        for example in report["examples"][:10]:
-            print(f"  {example['origin']}: {example['reason']}")
-    print_done(args, seconds)
-    return 0
+    yield from dropped_report("pairs with an empty side:", result["empty_side"])
+    yield from dropped_report("lines skipped:", result["skipped"])

@@ -7,8 +7,8 @@ import argparse
 from data_prep.wikihop import WikihopConfig, prepare_wikihop, stats_table
 from longformer_fs.conventions import WIKIHOP_SYMBOLS
 
-from .options import add_output_arguments, add_split_arguments, print_done, run_preparation, split_files
-from .subword_options import add_subword_arguments, subword_spec
+from .options import add_output_arguments, add_split_arguments, config_from_args, run_preparation, symbol_report
+from .subword_options import add_subword_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,11 +30,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = WikihopConfig(
-        subword_spec(args), split_files(args), args.max_tokens, args.input, args.valid_fraction, args.test_fraction
-    )
-    result, seconds = run_preparation(prepare_wikihop, cfg, args, stats_table)
-    ids = ", ".join(f"{symbol}={i}" for symbol, i in result["symbols"].items())
-    print(f"symbol ids: {ids}")
-    print_done(args, seconds)
-    return 0
+    return run_preparation(prepare_wikihop, config_from_args(WikihopConfig, args), args, stats_table, symbol_report)
