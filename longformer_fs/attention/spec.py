@@ -1,8 +1,10 @@
-"""``BandSpec``: the static description of one band-attention call."""
+"""``BandSpec``: the static description of one band-attention call, and the signature
+every backend implements (:class:`BandAttentionFn`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -60,3 +62,20 @@ class PositionTerm:
         """The table for an effective (clamped) window: its columns are the middle ones."""
         start = window - effective
         return self.table[:, start : start + band_width(effective, causal)]
+
+
+BandOutput = tuple[torch.Tensor, torch.Tensor]  # (out (B, H, T, D), lse (B, H, T))
+
+
+class BandAttentionFn(Protocol):
+    """A band backend's entry point; :mod:`longformer_fs.attention.backends` states the contract."""
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_mask: torch.Tensor | None,
+        spec: BandSpec,
+        position: PositionTerm | None = None,
+    ) -> BandOutput: ...

@@ -1,6 +1,7 @@
 """Registry of band-attention backends, and how ``"auto"`` chooses among them.
 
-Every backend implements the same internal contract, in heads-first layout::
+Every backend implements the same internal contract, declared as
+:class:`~longformer_fs.attention.spec.BandAttentionFn`, in heads-first layout::
 
     fn(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None) -> (out, lse)
 
@@ -37,7 +38,7 @@ from typing import Callable
 import torch
 
 from .. import check_records
-from ..spec import BandSpec
+from ..spec import BandAttentionFn, BandSpec
 from . import flex, kernel
 from .chunks import chunks_band_attention
 from .reference import reference_band_attention
@@ -52,7 +53,7 @@ def _no_limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str |
 @dataclass(frozen=True)
 class Backend:
     name: str
-    fn: Callable
+    fn: BandAttentionFn
     summary: str
     unavailable_reason: Callable[[], str | None] = lambda: None
     # Why the backend cannot compute a call (None: it can), given its spec, device and head dimension.

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from ..band import band_width, effective_window
 from ..dense import compute_dtype
 from ..softmax import masked_softmax_with_lse
-from ..spec import BandSpec, PositionTerm
+from ..spec import BandOutput, BandSpec, PositionTerm
 
 # Below this, per-block overhead dominates the wasted scores.
 MIN_BLOCK = 32
@@ -121,15 +121,8 @@ def _from_residues(x: torch.Tensor, d: int) -> torch.Tensor:
     return x.reshape(bd // d, h, tsub * d, *rest)
 
 
-def chunks_band_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    key_mask: torch.Tensor | None,
-    spec: BandSpec,
-    position: PositionTerm | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
+def chunks_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+    """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     b, h, t, _ = q.shape
     dtype = compute_dtype(q.dtype)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)

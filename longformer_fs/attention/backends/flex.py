@@ -46,7 +46,7 @@ import torch
 import torch.fx.experimental._config  # noqa: F401 (read by _compile_settings)
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
-from ..spec import BandSpec, PositionTerm
+from ..spec import BandOutput, BandSpec, PositionTerm
 from .chunks import chunks_band_attention
 
 logger = logging.getLogger(__name__)
@@ -213,15 +213,8 @@ def _fall_back(kind: str, reason: str, q, k, v, key_mask, spec, position):
     return chunks_band_attention(q, k, v, key_mask, spec, position)
 
 
-def flex_band_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    key_mask: torch.Tensor | None,
-    spec: BandSpec,
-    position: PositionTerm | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
+def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+    """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     if spec.dropout_p:
         raise ValueError("backend: 'flex' has no attention dropout; use backend='auto' or 'chunks'")
     kind = "relative" if position is not None else "plain"

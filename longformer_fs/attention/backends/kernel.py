@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..spec import BandSpec
+from ..spec import BandOutput, BandSpec, PositionTerm
 
 _MODULE = "longformer_fs._band_kernels"
 
@@ -186,15 +186,8 @@ band_forward.register_autograd(_backward, setup_context=_setup_context)
 # -------------------------------------------------------------------------- the backend
 
 
-def kernel_band_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    key_mask: torch.Tensor | None,
-    spec: BandSpec,
-    position=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
+def kernel_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+    """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     if spec.dropout_p:
         raise ValueError("backend: 'kernel' has no attention dropout yet; use backend='auto' or 'chunks'")
     key_ok = None if key_mask is None else ~key_mask

@@ -6,7 +6,7 @@ import torch
 
 from ..band import head_band_columns, head_band_mask
 from ..dense import compute_dtype, masked_attention
-from ..spec import BandSpec, PositionTerm
+from ..spec import BandOutput, BandSpec, PositionTerm
 
 
 def dense_position_scores(position: PositionTerm, spec: BandSpec, seq_len: int) -> torch.Tensor:
@@ -17,15 +17,8 @@ def dense_position_scores(position: PositionTerm, spec: BandSpec, seq_len: int) 
     return per_column.gather(-1, column.expand(per_column.shape[0], -1, -1, -1))
 
 
-def reference_band_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    key_mask: torch.Tensor | None,
-    spec: BandSpec,
-    position: PositionTerm | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Backend entry point; see :mod:`longformer_fs.attention.backends` for the contract."""
+def reference_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+    """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     allowed = head_band_mask(q.shape[2], spec.window, spec.dilations, spec.causal, q.device)[None]
     if key_mask is not None:
         allowed = allowed & ~key_mask[:, None, None, :]
