@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from fairseq.data import Dictionary, data_utils
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import HOTPOTQA_SYMBOLS
 from ..modules.task_heads import EvidenceScorer
+from .question_answering import QuestionAnsweringConfig
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 SPAN_HEAD, TYPE_HEAD = "hotpotqa_span", "hotpotqa_type"
@@ -31,11 +31,10 @@ ITEM_FILES = ("tokens", "offsets", "starts", "ends", "paragraphs", "sentences", 
 
 
 @dataclass
-class HotpotqaConfig(FairseqDataclass):
+class HotpotqaConfig(QuestionAnsweringConfig):
+    """The QA task's options, on a HotpotQA directory (one window per question)."""
+
     data: str = field(default=MISSING, metadata={"help": "a `longformer-fs prep hotpotqa` directory"})
-    max_positions: int = field(default=4096, metadata={"help": "the longest sequence the model takes"})
-    max_answer_tokens: int = field(default=30, metadata={"help": "the longest answer predicted, in tokens"})
-    seed: int = field(default=1, metadata={"help": "shuffling seed"})
 
 
 def scatter_labels(markers: torch.Tensor, labels: list[torch.Tensor]) -> torch.Tensor:
