@@ -47,25 +47,43 @@ def test_fairseq_loads_the_user_dir():
     assert missing == []
 
 
-@pytest.mark.parametrize(
-    "first",
-    [
-        # The package alone (`python -m longformer_fs.launch fairseq-train --user-dir ...`):
-        # fairseq then skips the user dir it finds imported, and the plugin registers itself.
-        "import longformer_fs\n" + LOAD_USER_DIR,
-        "import longformer_fs.cli\nimport fairseq\n",
-        # Each subpackage first: fairseq's import, and so the registration, starts inside it.
-        "import longformer_fs.models\n",
-        "import longformer_fs.tasks\n",
-        "import longformer_fs.criterions\n",
-        "from longformer_fs.tasks.question_answering import QA_HEAD\n",
-    ],
-    ids=["package-then-user-dir", "cli-then-fairseq", "models", "tasks", "criterions", "a-task-module"],
-)
-def test_the_plugin_registers_whatever_imports_fairseq_first(first):
-    result = python(first + MISSING_REGISTRATIONS)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == []
+# What a process imports first, by case: whatever it is, the plugin must end up registered.
+FIRST_IMPORTS = {
+    # The package alone (`python -m longformer_fs.launch fairseq-train --user-dir ...`):
+    # fairseq then skips the user dir it finds imported, and the plugin registers itself.
+    "package-then-user-dir": "import longformer_fs\n" + LOAD_USER_DIR,
+    "cli-then-fairseq": "import longformer_fs.cli\nimport fairseq\n",
+    # Each subpackage first: fairseq's import, and so the registration, starts inside it.
+    "models": "import longformer_fs.models\n",
+    "tasks": "import longformer_fs.tasks\n",
+    "criterions": "import longformer_fs.criterions\n",
+    "a-task-module": "from longformer_fs.tasks.question_answering import QA_HEAD\n",
+}
+
+
+@pytest.fixture(scope="module")
+def registrations():
+    """Each case's fresh interpreter, all started together (importing fairseq is one core's
+    work for seconds): ``{case: (exit code, stdout, stderr)}``."""
+    processes = {
+        case: subprocess.Popen(
+            [sys.executable, "-c", first + MISSING_REGISTRATIONS],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for case, first in FIRST_IMPORTS.items()
+    }
+    outputs = {case: proc.communicate(timeout=300) for case, proc in processes.items()}
+    return {case: (processes[case].returncode, *outputs[case]) for case in processes}
+
+
+@pytest.mark.parametrize("first", FIRST_IMPORTS)
+def test_the_plugin_registers_whatever_imports_fairseq_first(first, registrations):
+    code, out, err = registrations[first]
+    assert code == 0, err
+    assert out.split() == []
 
 
 def test_importing_the_package_or_the_command_line_imports_neither_torch_nor_fairseq():

@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import BIN, FINETUNE_COMMON, FINETUNE_SIZES, ROOT, fails, make, ok, pretrain_roberta, print_results, run
+from helpers import BIN, ROOT, fails, finetune_command, make, ok, pretrain_roberta, print_results, run, run_side_by_side
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.modules.coref import (
@@ -251,14 +251,12 @@ TASK = ["--task", "longformer_coref", "--criterion", "longformer_coref", "--arch
         "--head-dropout", "0"]  # fmt: skip
 
 
-def train(work, name, positions, updates=200):
+def train_command(work, name, positions):
+    """fairseq-train of the span model on whole documents, one per batch."""
     tmp = work["tmp"]
-    return run(BIN / "fairseq-train", tmp / "data", *TASK, *FINETUNE_SIZES, *FINETUNE_COMMON,
-               "--max-positions", positions, "--finetune-from-model", tmp / f"converted_{name}" / "model.pt",
-               "--lr", "1e-3", "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(updates // 10),
-               "--total-num-update", str(updates), "--max-update", str(updates), "--batch-size", "1",
-               "--save-dir", tmp / f"model_{name}", "--validate-interval-updates", str(updates),
-               "--no-last-checkpoints", "--clip-norm", "1", "--validate-interval", "1000")  # fmt: skip
+    return finetune_command(tmp / "data", tmp / f"model_{name}", *TASK, "--max-positions", positions,
+                            "--finetune-from-model", tmp / f"converted_{name}" / "model.pt",
+                            "--validate-interval", "1000", updates=200, batch_size=1)  # fmt: skip
 
 
 def eval_coref(checkpoint, data, *extra):
@@ -267,7 +265,8 @@ def eval_coref(checkpoint, data, *extra):
 
 @pytest.fixture(scope="module")
 def models(work):
-    return {name: train(work, name, positions) for name, positions in (("long", "2048"), ("short", "128"))}
+    runs = {"long": train_command(work, "long", "2048"), "short": train_command(work, "short", "128")}
+    return dict(zip(runs, run_side_by_side(*runs.values()), strict=True))
 
 
 def test_miniature_long_context_beats_128_token_segments(work, models):

@@ -9,7 +9,7 @@ baselines read the first 128 tokens.
 - Classification: 1,000-token documents whose label is which of two cue words fills 4
   slots after token 600; ``<s>`` is global (the paper's setting). Baseline: fairseq's own
   RoBERTa fine-tuned with ``--shorten-method truncate`` at 128 positions.
-- QA: "Which code opens the red gate?" over a 1,500-token page saying "the red gate opens
+- QA: "Which code opens the red gate?" over a 750-token page saying "the red gate opens
   with Zak" at random places, once or twice; the answer is given as an alias ("zak":
   distant supervision, every occurrence is gold). Question tokens are global. Baseline:
   the same model on windows truncated at 128 tokens.
@@ -23,7 +23,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, finetune_run, last_logged, ok, pretrain_roberta, print_results
+from helpers import ROOT, finetune_command, last_logged, ok, pretrain_roberta, print_results, run_side_by_side
 from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
@@ -70,7 +70,7 @@ def qa_entries(n, seed):
     for i in range(n):
         color = rng.choice(COLORS)
         answer = rng.choice(CODES)
-        words = filler(rng, 1440)
+        words = filler(rng, 720)
         for _ in range(rng.choice((1, 1, 2))):  # a third of the pages say it twice
             words.insert(rng.randrange(len(words)), f"the {color} gate opens with {answer} .")
         name = f"page{seed}_{i}.txt"
@@ -149,32 +149,55 @@ def work(tmp_path_factory):
     return {"tmp": tmp, "bpe": bpe, "roberta": roberta}
 
 
-finetune = finetune_run
-
-
-# ---------------------------------------------------------------- classification
-
-
 CLASSIFY = ["--task", "sentence_prediction", "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
             "--criterion", "sentence_prediction", "--shorten-method", "truncate", "--report-acc-and-f1",
             "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def classifier(work):
+def runs(work):
+    """The module's fine-tuning runs, side by side, longest first: their logs by name.
+    Classification, long and truncated at 128; QA on whole pages and on windows cut at
+    128; WikiHop in 128-token chunks."""
     tmp = work["tmp"]
-    log = finetune(tmp / "cls", tmp / "cls_long", *CLASSIFY, "--arch", "longformer_roberta",
-                   "--max-positions", "2048", "--attention-window", "32", "--global-attention-tokens", "<s>",
-                   "--finetune-from-model", tmp / "converted" / "model.pt", updates=150)  # fmt: skip
-    return tmp / "cls_long" / "checkpoint_best.pt", log
+    for name, max_tokens in (("qa", "2048"), ("qa_short", "128")):
+        ok("prep", "qa", "--format", "triviaqa", "--train", tmp / "qa_train.json", "--valid", tmp / "qa_valid.json",
+           "--evidence", tmp / "evidence", *work["bpe"], "--dict", tmp / "converted" / "dict.txt",
+           "--max-tokens", max_tokens, "--out", tmp / name)  # fmt: skip
+    ok("prep", "wikihop", "--train", tmp / "wh_train.json", "--valid", tmp / "wh_valid.json", *work["bpe"],
+       "--dict", tmp / "converted_wikihop" / "dict.txt", "--max-tokens", "128", "--out", tmp / "wh")  # fmt: skip
+    qa = ["--task", "longformer_qa", "--criterion", "longformer_qa", "--arch", "longformer_roberta",
+          "--attention-window", "32", "--finetune-from-model", tmp / "converted" / "model.pt",
+          "--max-positions", "2048"]  # fmt: skip
+    commands = {
+        "qa": finetune_command(tmp / "qa", tmp / "qa_model", *qa, updates=200),
+        "cls_long": finetune_command(tmp / "cls", tmp / "cls_long", *CLASSIFY, "--arch", "longformer_roberta",
+                                     "--max-positions", "2048", "--attention-window", "32",
+                                     "--global-attention-tokens", "<s>",
+                                     "--finetune-from-model", tmp / "converted" / "model.pt", updates=150),
+        "wh": finetune_command(tmp / "wh", tmp / "wh_model", "--task", "longformer_wikihop", "--criterion",
+                               "longformer_wikihop", "--arch", "longformer_roberta", "--attention-window", "32",
+                               "--max-positions", "128", "--finetune-from-model",
+                               tmp / "converted_wikihop" / "model.pt", lr="3e-3", updates=250),
+        "qa_short": finetune_command(tmp / "qa_short", tmp / "qa_short_model", *qa, updates=200),
+        "cls_short": finetune_command(tmp / "cls", tmp / "cls_short", *CLASSIFY, "--arch", "roberta",
+                                      "--max-positions", "128", "--finetune-from-model",
+                                      work["roberta"] / "model.pt", updates=150),
+    }  # fmt: skip
+    return dict(zip(commands, run_side_by_side(*commands.values()), strict=True))
 
 
-def test_classification_long_documents_beat_truncated_roberta(work, classifier):
-    tmp = work["tmp"]
+# ---------------------------------------------------------------- classification
+
+
+@pytest.fixture(scope="module")
+def classifier(work, runs):
+    return work["tmp"] / "cls_long" / "checkpoint_best.pt", runs["cls_long"]
+
+
+def test_classification_long_documents_beat_truncated_roberta(runs, classifier):
     long_acc = last_valid(classifier[1], "accuracy")
-    short = finetune(tmp / "cls", tmp / "cls_short", *CLASSIFY, "--arch", "roberta", "--max-positions", "128",
-                     "--finetune-from-model", work["roberta"] / "model.pt", updates=150)  # fmt: skip
-    short_acc = last_valid(short, "accuracy")
+    short_acc = last_valid(runs["cls_short"], "accuracy")
     RESULTS["classification accuracy: Longformer, 1,000 tokens, <s> global"] = long_acc
     RESULTS["classification accuracy: RoBERTa, truncated at 128"] = short_acc
     RESULTS["classification F1 (fairseq's): Longformer"] = last_valid(classifier[1], "f1")
@@ -186,19 +209,8 @@ def test_classification_long_documents_beat_truncated_roberta(work, classifier):
 
 
 @pytest.fixture(scope="module")
-def qa(work):
-    tmp = work["tmp"]
-    for name, max_tokens in (("qa", "2048"), ("qa_short", "128")):
-        ok("prep", "qa", "--format", "triviaqa", "--train", tmp / "qa_train.json", "--valid", tmp / "qa_valid.json",
-           "--evidence", tmp / "evidence", *work["bpe"], "--dict", tmp / "converted" / "dict.txt",
-           "--max-tokens", max_tokens, "--out", tmp / name)  # fmt: skip
-    args = ["--task", "longformer_qa", "--criterion", "longformer_qa", "--arch", "longformer_roberta",
-            "--attention-window", "32", "--finetune-from-model", tmp / "converted" / "model.pt"]  # fmt: skip
-    logs = {}
-    for name in ("qa", "qa_short"):
-        logs[name] = finetune(tmp / name, tmp / f"{name}_model", *args, "--max-positions", "2048",
-                              updates=200)  # fmt: skip
-    return logs
+def qa(runs):
+    return {name: runs[name] for name in ("qa", "qa_short")}
 
 
 def eval_qa(checkpoint, data, *extra):
@@ -209,7 +221,7 @@ def test_qa_long_documents_beat_truncated_windows(work, qa):
     tmp = work["tmp"]
     long = eval_qa(tmp / "qa_model" / "checkpoint_best.pt", tmp / "qa", "--predictions", tmp / "predictions.json")
     short = eval_qa(tmp / "qa_short_model" / "checkpoint_best.pt", tmp / "qa_short")
-    RESULTS["QA F1 (per question): Longformer, 1,500 tokens, question global"] = long["questions"]["f1"]
+    RESULTS["QA F1 (per question): Longformer, 750 tokens, question global"] = long["questions"]["f1"]
     RESULTS["QA F1 (per question): same model, windows truncated at 128"] = short["questions"]["f1"]
     assert long["questions"]["count"] == short["questions"]["count"] == 60
     assert long["questions"]["f1"] >= 80, qa["qa"][-2000:]
@@ -228,14 +240,8 @@ def test_qa_long_documents_beat_truncated_windows(work, qa):
 
 
 @pytest.fixture(scope="module")
-def wikihop(work):
-    tmp = work["tmp"]
-    ok("prep", "wikihop", "--train", tmp / "wh_train.json", "--valid", tmp / "wh_valid.json", *work["bpe"],
-       "--dict", tmp / "converted_wikihop" / "dict.txt", "--max-tokens", "128", "--out", tmp / "wh")  # fmt: skip
-    return finetune(tmp / "wh", tmp / "wh_model", "--task", "longformer_wikihop", "--criterion",
-                    "longformer_wikihop", "--arch", "longformer_roberta", "--attention-window", "32",
-                    "--max-positions", "128", "--finetune-from-model", tmp / "converted_wikihop" / "model.pt",
-                    lr="3e-3", updates=250)  # fmt: skip
+def wikihop(runs):
+    return runs["wh"]
 
 
 def test_wikihop_trains_through_chunks_and_their_average(work, wikihop):

@@ -18,7 +18,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, fails, finetune_run, ok, pretrain_roberta, print_results
+from helpers import ROOT, fails, finetune_command, ok, pretrain_roberta, print_results, run_side_by_side
 from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
@@ -212,11 +212,10 @@ def _as_jsonl(path, texts):
 @pytest.fixture(scope="module")
 def trained(work):
     tmp = work["tmp"]
-    logs = {}
-    for name in ("data", "data_short"):
-        logs[name] = finetune_run(tmp / name, tmp / f"{name}_model", *TASK, "--finetune-from-model", work["model"],
-                                  "--batch-size", "8", lr="2e-3", updates=60)  # fmt: skip
-    return logs
+    names = ("data", "data_short")
+    commands = [finetune_command(tmp / name, tmp / f"{name}_model", *TASK, "--finetune-from-model", work["model"],
+                                 lr="2e-3", updates=60, batch_size=8) for name in names]  # fmt: skip
+    return dict(zip(names, run_side_by_side(*commands), strict=True))
 
 
 def eval_hotpotqa(checkpoint, data, *extra):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BIN, MAKE, ON_CPU, USER_DIR, cli, fails, fake_checkpoint, ok, print_results, run
+from helpers import BIN, MAKE, ON_CPU, USER_DIR, cli, fails, fake_checkpoint, ok, print_results, run, run_side_by_side
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.evaluation.checkpoint import load_model
@@ -172,25 +172,11 @@ def test_converted_with_wide_window_equals_bart(bart, data, tmp_path):
     assert generate(converted, task, sources, settings) == generate(original, task, sources, settings)
 
 
-def fine_tune(arch_args, init, data, save, updates=80):
-    run(
-        BIN / "fairseq-train",
-        data["long"],
-        *TRAIN,
-        *arch_args,
-        *TINY,
-        "--lr",
-        "5e-4",
-        "--lr-scheduler",
-        "fixed",
-        "--max-update",
-        str(updates),
-        "--finetune-from-model",
-        init,
-        "--save-dir",
-        save,
-    )
-    return save / "checkpoint_last.pt"
+def fine_tune_command(arch_args, init, data, save, updates=80):
+    """fairseq-train of ``arch_args`` from ``init`` on the long data; the checkpoint is
+    ``save / "checkpoint_last.pt"``."""
+    return [BIN / "fairseq-train", data["long"], *TRAIN, *arch_args, *TINY, "--lr", "5e-4", "--lr-scheduler",
+            "fixed", "--max-update", str(updates), "--finetune-from-model", init, "--save-dir", save]  # fmt: skip
 
 
 def summarize(checkpoint, data, out):
@@ -216,22 +202,27 @@ def summarize(checkpoint, data, out):
 
 
 @pytest.fixture(scope="module")
-def fine_tuned_led(led, data, tmp_path_factory):
-    save = tmp_path_factory.mktemp("ft_led")
-    return fine_tune(
-        ["--arch", "led_base", "--max-source-positions", "512", "--attention-window", "32"], led, data, save
-    )
+def fine_tuned(bart, led, data, tmp_path_factory):
+    """LED (512 positions, w = 32) and BART (its 128 positions, sources truncated) fine-tuned
+    side by side: their last checkpoints."""
+    save = tmp_path_factory.mktemp("fine_tuned")
+    runs = {
+        "led": (["--arch", "led_base", "--max-source-positions", "512", "--attention-window", "32"], led),
+        "bart": (["--arch", "bart_base", "--max-source-positions", "128", "--truncate-source"], bart / "model.pt"),
+    }
+    run_side_by_side(*(fine_tune_command(args, init, data, save / name) for name, (args, init) in runs.items()))
+    return {name: save / name / "checkpoint_last.pt" for name in runs}
 
 
-def test_table11_miniature_led_reads_what_truncated_bart_cannot(bart, fine_tuned_led, data, tmp_path):
-    bart_ckpt = fine_tune(
-        ["--arch", "bart_base", "--max-source-positions", "128", "--truncate-source"],
-        bart / "model.pt",
-        data,
-        tmp_path / "ft_bart",
-    )
+@pytest.fixture(scope="module")
+def fine_tuned_led(fine_tuned):
+    return fine_tuned["led"]
+
+
+def test_table11_miniature_led_reads_what_truncated_bart_cannot(fine_tuned, data, tmp_path):
+    bart_ckpt, led_ckpt = fine_tuned["bart"], fine_tuned["led"]
     RESULTS["BART, sources truncated to its 128 positions"] = summarize(bart_ckpt, data, tmp_path / "bart.jsonl")
-    RESULTS["LED, copied positions, w = 32, 512 tokens"] = summarize(fine_tuned_led, data, tmp_path / "led.jsonl")
+    RESULTS["LED, copied positions, w = 32, 512 tokens"] = summarize(led_ckpt, data, tmp_path / "led.jsonl")
     bart_r2 = RESULTS["BART, sources truncated to its 128 positions"]["rouge2"]["f1"]
     led_r2 = RESULTS["LED, copied positions, w = 32, 512 tokens"]["rouge2"]["f1"]
     assert led_r2 > 80 and bart_r2 < 30 and led_r2 > bart_r2 + 40, RESULTS
