@@ -61,14 +61,19 @@ def _nvcc():
     return shutil.which("nvcc") or (shutil.which("nvcc", path="/usr/local/cuda/bin"))
 
 
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
-def test_cuda_sources_compile_for_sm80_and_sm90(tmp_path):
-    """CI has no GPU but has nvcc: every .cu must compile for Ampere and Hopper."""
-    sources = sorted(EXT.rglob("*.cu"))
-    assert sources, "no .cu files found"
-    jobs = []
-    for src, arch in itertools.product(sources, ("80", "90")):
-        cmd = [
+@pytest.fixture(scope="module")
+def compilations(tmp_path_factory):
+    """The compile-only checks, started together (each is one core's work for 15-30 s):
+    ``{job: (exit code, output)}``. nvcc builds every .cu for Ampere and Hopper (``"NAME
+    sm_80"``, ``"NAME sm_90"``; CI has nvcc but no GPU) where nvcc is installed; g++ reads
+    binding.cpp's CUDA branch against this torch's headers (``"binding.cpp"``; no CUDA
+    headers needed)."""
+    from torch.utils.cpp_extension import include_paths
+
+    out = tmp_path_factory.mktemp("compiled")
+    commands = {}
+    for src, arch in itertools.product(sorted(EXT.rglob("*.cu")) if _nvcc() else [], ("80", "90")):
+        commands[f"{src.name} sm_{arch}"] = [
             _nvcc(),
             "-std=c++17",
             "-O3",
@@ -78,24 +83,9 @@ def test_cuda_sources_compile_for_sm80_and_sm90(tmp_path):
             "-c",
             str(src),
             "-o",
-            str(tmp_path / f"{src.stem}_{arch}.o"),
+            str(out / f"{src.stem}_{arch}.o"),
         ]
-        jobs.append(
-            (
-                f"{src.name} sm_{arch}",
-                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-            )
-        )
-    for name, proc in jobs:
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"{name} failed:\n{out}"
-
-
-def test_binding_cuda_branch_compiles(tmp_path):
-    """binding.cpp with LFS_WITH_CUDA, against this torch's headers (no CUDA headers needed)."""
-    from torch.utils.cpp_extension import include_paths
-
-    cmd = [
+    commands["binding.cpp"] = [
         "g++",
         "-std=c++20",
         "-fsyntax-only",
@@ -103,10 +93,31 @@ def test_binding_cuda_branch_compiles(tmp_path):
         "-DTORCH_EXTENSION_NAME=_band_kernels",
         f"-I{EXT / 'include'}",
         f"-I{sysconfig.get_paths()['include']}",
+        *(f"-I{p}" for p in include_paths()),
+        str(EXT / "binding.cpp"),
     ]
-    cmd += [f"-I{p}" for p in include_paths()] + [str(EXT / "binding.cpp")]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = {
+        name: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for name, cmd in commands.items()
+    }
+    outputs = {name: proc.communicate(timeout=600)[0] for name, proc in jobs.items()}
+    return {name: (proc.returncode, outputs[name]) for name, proc in jobs.items()}
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
+def test_cuda_sources_compile_for_sm80_and_sm90(compilations):
+    """CI has no GPU but has nvcc: every .cu must compile for Ampere and Hopper."""
+    sources = sorted(EXT.rglob("*.cu"))
+    assert sources, "no .cu files found"
+    for src, arch in itertools.product(sources, ("80", "90")):
+        code, out = compilations[f"{src.name} sm_{arch}"]
+        assert code == 0, f"{src.name} sm_{arch} failed:\n{out}"
+
+
+def test_binding_cuda_branch_compiles(compilations):
+    """binding.cpp with LFS_WITH_CUDA, against this torch's headers (no CUDA headers needed)."""
+    code, out = compilations["binding.cpp"]
+    assert code == 0, out[-3000:]
 
 
 # ------------------------------------------------------------------ numerics

@@ -132,7 +132,7 @@ def bart(data, tmp_path_factory):
         "--batch-size",
         "32",
         "--max-update",
-        "300",
+        "200",
         "--save-dir",
         save,
     )
