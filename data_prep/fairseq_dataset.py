@@ -175,7 +175,13 @@ class Staging:
             self.out.rmdir()
 
     def publish(
-        self, kind: str, inputs: dict, owned: Iterable[str] = (), stats: dict | None = None, counted=(), **outputs
+        self,
+        kind: str,
+        inputs: dict,
+        owned: Iterable[str] = (),
+        stats: dict | None = None,
+        counted: Iterable[str] = (),
+        **outputs,
     ) -> dict:
         """Move the staged files in and write the manifest; returns it.
 
@@ -267,10 +273,10 @@ class MmapWriter:
 class SplitFiles:
     """One split whose items span several aligned datasets, plus a listing.
 
-    Writes ``{split}.{field}`` for each field, item ``i`` of every field belonging to
-    example ``i``, and ``{split}.{listing}.jsonl``, item ``i``'s row for evaluation
-    (ids, gold answers, texts: what the binarized files cannot hold). Use it as a
-    context manager, or call :meth:`close`: the datasets are finalized when the block
+    Writes ``{split}.{field}`` for each field and ``{split}.{listing}.jsonl``: item ``i``
+    of every field and row ``i`` of the listing belong together, the row holding what
+    evaluation needs and the binarized files cannot (ids, gold answers, texts). Use it as
+    a context manager, or call :meth:`close`: the datasets are finalized when the block
     ends without an error (after an error, :class:`Staging` discards the files).
 
     Args:
@@ -286,6 +292,7 @@ class SplitFiles:
     """
 
     SIGNED = "signed"
+    LENGTH_HEADERS = ("mean tokens", "max")  # a stats table's columns for :meth:`length_stats`
 
     def __init__(self, directory: Path, split: str, fields: dict[str, int | str], listing: str = "examples"):
         self._datasets = {
@@ -311,21 +318,19 @@ class SplitFiles:
         lengths = np.asarray(self.lengths or [0])
         return {"mean_tokens": float(lengths.mean()), "longest": int(lengths.max())}
 
-    LENGTH_HEADERS = ("mean tokens", "max")
-
     @staticmethod
     def length_cells(split_stats: dict) -> tuple[str, str]:
         """A stats table's cells under :attr:`LENGTH_HEADERS` for a split's :meth:`length_stats`."""
         return f"{split_stats['mean_tokens']:,.0f}", f"{split_stats['longest']:,}"
-
-    def __enter__(self) -> SplitFiles:
-        return self
 
     def close(self) -> None:
         """Finalize the datasets and close the listing."""
         self._listing.close()
         for dataset in self._datasets.values():
             dataset.finalize()
+
+    def __enter__(self) -> SplitFiles:
+        return self
 
     def __exit__(self, error_type, error, traceback) -> None:
         if error_type is None:

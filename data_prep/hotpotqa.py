@@ -190,7 +190,8 @@ def select_paragraphs(example: HotpotExample, titles: list[str], source) -> Hotp
 @dataclass(frozen=True)
 class HotpotqaConfig(WikihopConfig):
     """What ``prep hotpotqa`` reads: WikiHop's fields (the files are read and split the
-    same way; ``max_tokens`` is where sequences are cut, and the cuts are counted), and
+    same way; ``max_tokens`` is where sequences are cut, and the cuts are counted) and the
+    evidence files of the two-stage variant.
 
     Attributes:
         evidence: ``eval-hotpotqa --write-evidence`` files: keep only their paragraphs.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -77,8 +78,6 @@ def add_conversion_arguments(parser: argparse.ArgumentParser, source: str, sourc
 def print_report(report: dict, as_json: bool, summary: Callable[[dict], Iterable[str]]) -> int:
     """``report`` as indented JSON, or as the lines of ``summary(report)``. Returns the
     command's exit status, 0."""
-    import json
-
     for line in [json.dumps(report, indent=2)] if as_json else summary(report):
         print(line)
     return 0
