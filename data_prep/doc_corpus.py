@@ -61,27 +61,41 @@ class DocPrepConfig:
     workers: int = 1
 
 
+# Why a document read is not written, with the words the reports use.
+DROPPED = {"duplicate": "duplicates", "sampled_out": "sampled out", "too_short": "too short"}
+
+
 @dataclass
 class SourceStats:
-    """Where one source's documents went. Every document read ends in exactly one of
-    ``documents``, ``duplicate``, ``sampled_out`` and ``too_short``."""
+    """Where one source's documents went: each document read was either kept (written to
+    a split) or dropped for one of the reasons in :data:`DROPPED`.
 
-    read: int = 0
-    """Documents its reader produced."""
+    Attributes:
+        documents: documents kept.
+        tokens: subword tokens in the kept documents.
+        characters: characters in the kept documents.
+        dropped: reason -> documents dropped: ``duplicate`` (the same text, stripped,
+            came earlier from any source), ``sampled_out`` (by the source's
+            ``fractions`` entry), ``too_short`` (under the source's ``min_tokens``).
+        skipped: inputs that yielded no document (an unreadable file, a malformed line).
+    """
+
     documents: int = 0
-    """Kept, and written to a split."""
     tokens: int = 0
-    """Subword tokens in the kept documents."""
-    duplicate: int = 0
-    """Dropped: the same text (after stripping) came earlier, from any source."""
-    sampled_out: int = 0
-    """Dropped by the source's ``fractions`` entry."""
-    too_short: int = 0
-    """Dropped: fewer tokens than the source's ``min_tokens``."""
-    skipped: int = 0
-    """Inputs that yielded no document (unreadable file, malformed line); not in ``read``."""
     characters: int = 0
-    """Characters in the kept documents."""
+    dropped: Counter = field(default_factory=Counter)
+    skipped: int = 0
+
+    @property
+    def read(self) -> int:
+        """Documents the source's reader produced."""
+        return self.documents + sum(self.dropped.values())
+
+    def as_dict(self) -> dict:
+        """The source's row of ``stats.json``: every count, by name."""
+        counts = {"read": self.read, "documents": self.documents, "tokens": self.tokens}
+        counts |= {reason: self.dropped[reason] for reason in DROPPED}
+        return {**counts, "skipped": self.skipped, "characters": self.characters}
 
 
 # ---------------------------------------------------------------- worker side
@@ -212,16 +226,15 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
                         skips.append(item)
                         continue
                     st = stats[item.source]
-                    st.read += 1
                     text = item.text.strip()
                     digest = hashlib.sha1(text.encode("utf-8")).digest()
                     if digest in seen:
-                        st.duplicate += 1
+                        st.dropped["duplicate"] += 1
                         continue
                     seen.add(digest)
                     # A hash, not a random draw: a rerun keeps the same documents.
                     if split_key(digest, b"sample") / 2**64 >= cfg.fractions.get(item.source, 1.0):
-                        st.sampled_out += 1
+                        st.dropped["sampled_out"] += 1
                         continue
                     if item.paper is not None:
                         if item.paper.abstract is None:
@@ -245,7 +258,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
                         st = stats[doc.source]
                         count = sum(len(p) for p in paragraphs)
                         if count < max(cfg.min_tokens.get(doc.source, 1), 1):
-                            st.too_short += 1
+                            st.dropped["too_short"] += 1
                             continue
                         spool.add(split_key(digest), [p.astype(writer.dtype) for p in paragraphs])
                         st.documents += 1
@@ -266,7 +279,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
 
         encoder.write_dictionary(staging.dir / "dict.txt")
         result = {
-            "sources": {name: asdict(st) for name, st in stats.items()},
+            "sources": {name: st.as_dict() for name, st in stats.items()},
             "splits": {s: {"documents": writer.documents[s], "tokens": writer.tokens[s]} for s in SPLITS},
             "papers_without_abstract": no_abstract,
             "skipped": {
@@ -282,8 +295,8 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
 def _nothing_kept(stats: dict[str, SourceStats], skips: list[Skipped]) -> PrepError:
     """The error for a run that kept no document, with where they went."""
     parts = [f"{sum(st.read for st in stats.values())} read"]
-    for key, label in (("duplicate", "duplicates"), ("sampled_out", "sampled out"), ("too_short", "too short")):
-        dropped = sum(getattr(st, key) for st in stats.values())
+    for reason, label in DROPPED.items():
+        dropped = sum(st.dropped[reason] for st in stats.values())
         if dropped:
             parts.append(f"{dropped} {label}")
     if skips:
