@@ -21,11 +21,16 @@ from fairseq.data import Dictionary
 
 from longformer_fs.attention import LongformerSelfAttention
 from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
+from longformer_fs.conventions import HOTPOTQA_SYMBOLS
+from longformer_fs.criterions.coref import CorefCriterion
+from longformer_fs.criterions.hotpotqa import HotpotqaCriterion
 from longformer_fs.criterions.multiple_choice import MultipleChoiceCriterion
 from longformer_fs.criterions.question_answering import QuestionAnsweringCriterion
 from longformer_fs.models.led import LEDModel
 from longformer_fs.models.longformer_lm import LongformerLanguageModel, LongformerLMConfig
 from longformer_fs.models.longformer_roberta import LongformerRobertaModel
+from longformer_fs.tasks.coref import CorefDataset, CorefTask, CorefTaskConfig
+from longformer_fs.tasks.hotpotqa import HotpotqaConfig, HotpotqaDataset, HotpotqaTask
 from longformer_fs.tasks.multiple_choice import CANDIDATE_HEAD
 from longformer_fs.tasks.question_answering import QA_HEAD
 
@@ -189,6 +194,84 @@ def test_wikihop_head_and_criterion(dictionary, backend):
     }
     loss, _, logging = MultipleChoiceCriterion(task=None)(model, sample)
     assert loss.device == logging["ncorrect"].device == META
+    backward_reaches_every_parameter(model, loss, unused="encoder.lm_head.")
+
+
+class Items(list):
+    """One prepared dataset's items, as the tasks index them."""
+
+    @property
+    def sizes(self):
+        return [len(item) for item in self]
+
+
+def to_meta(batch):
+    if isinstance(batch, dict):
+        return {key: to_meta(value) for key, value in batch.items()}
+    return batch.to(META) if torch.is_tensor(batch) else batch
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hotpotqa_heads_and_criterion(backend):
+    """The four heads (two of them task-built scorers) and the joint loss, on a batch the
+    task's own collater made on the CPU: a span question and a yes/no one."""
+    dictionary = Dictionary()
+    for symbol in [f"w{i}" for i in range(20)] + list(HOTPOTQA_SYMBOLS):
+        dictionary.add_symbol(symbol)
+    q, end_q, p, s = (dictionary.index(symbol) for symbol in HOTPOTQA_SYMBOLS)
+    w = dictionary.index("w1")
+    rows = [
+        [dictionary.bos(), q, w, end_q, p, w, s, w, w, s, w, p, w, s, w, dictionary.eos()],
+        [dictionary.bos(), q, w, w, end_q, p, w, s, w, dictionary.eos()],
+    ]
+    parts = {
+        "tokens": Items(torch.tensor(row) for row in rows),
+        "offsets": Items(torch.zeros(2 * len(row), dtype=torch.long) for row in rows),
+        "starts": Items([torch.tensor([7]), torch.tensor([-1])]),
+        "ends": Items([torch.tensor([8]), torch.tensor([-1])]),
+        "paragraphs": Items([torch.tensor([1, 0]), torch.tensor([1])]),
+        "sentences": Items([torch.tensor([0, 1, 0]), torch.tensor([1])]),
+        "qtype": Items([torch.tensor([0]), torch.tensor([1])]),
+    }
+    dataset = HotpotqaDataset(parts, dictionary)
+    sample = to_meta(dataset.collater([dataset[0], dataset[1]]))
+    model = roberta(dictionary)
+    for name, head in HotpotqaTask(HotpotqaConfig(data="unused"), dictionary).token_heads(model).items():
+        model.register_token_head(name, head)
+    model = on_meta(model, backend)
+    loss, questions, logging = HotpotqaCriterion(task=None)(model, sample)
+    assert questions == 2 and loss.device == logging["type_hits"].device == META
+    backward_reaches_every_parameter(model, loss, unused="encoder.lm_head.")
+
+
+def to_meta_documents(batch):
+    return {**to_meta(batch), "documents": [to_meta(doc) for doc in batch["documents"]]}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_coreference_head_and_criterion(dictionary, backend):
+    """The span model and its loss on two documents the task's own collater split into
+    16-position segments on the CPU (the first one into two rows). Pruning takes the top
+    spans by ``topk``: the non-crossing variant reads the scores back by design, which a
+    meta tensor cannot do (it then puts its choice on the scores' device)."""
+    lengths = (20, 9)
+    gold = [torch.tensor([[0, 1, 0], [5, 5, 1], [16, 17, 0]]), torch.tensor([[2, 3, 0], [6, 6, 0]])]
+    parts = {
+        "tokens": Items(tokens(dictionary, 1, n, device="cpu")[0] for n in lengths),
+        "sentence": Items(torch.arange(n) // 6 for n in lengths),
+        "speaker": Items(torch.zeros(n, dtype=torch.long) for n in lengths),
+        "mentions": Items(m.reshape(-1) for m in gold),
+    }
+    dataset = CorefDataset(parts, dictionary, 16)
+    sample = to_meta_documents(dataset.collater([dataset[0], dataset[1]]))
+    sizes = {"max_span_width": 3, "ffnn_size": 16, "feature_size": 4, "head_dropout": 0.0, "non_crossing": False}
+    task = CorefTask(CorefTaskConfig(data="unused", max_positions=16, **sizes), dictionary)
+    model = roberta(dictionary)
+    for name, head in task.token_heads(model).items():
+        model.register_token_head(name, head)
+    model = on_meta(model, backend)
+    loss, _, logging = CorefCriterion(task=None)(model, sample)
+    assert loss.device == META
     backward_reaches_every_parameter(model, loss, unused="encoder.lm_head.")
 
 
