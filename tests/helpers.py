@@ -87,17 +87,17 @@ def run(*cmd, env=None, timeout=900) -> str:
 
 
 def run_side_by_side(*commands, timeout=900) -> list[str]:
-    """Processes that must succeed, run as :func:`run` does but side by side, as many at
-    a time as there are cores, with one intra-op thread each: the tiny models' runs use
-    two threads poorly, so on the 2-core CI machine two one-thread runs together finish
-    well before the same runs one after the other. Returns their outputs, in order."""
+    """Processes that must succeed, run as :func:`run` does but side by side (as many at a
+    time as this process may use cores) with one intra-op thread each: the tiny models'
+    runs use two threads poorly, so on the 2-core CI machine two one-thread runs together
+    finish well before the same runs one after the other. Returns their outputs, in order."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     waiting, running, outputs = list(enumerate(commands)), {}, {}
     deadline = time.monotonic() + timeout
     with tempfile.TemporaryDirectory() as logs:
         try:
             while waiting or running:
-                while waiting and len(running) < (os.cpu_count() or 1):
+                while waiting and len(running) < len(os.sched_getaffinity(0)):
                     i, cmd = waiting.pop(0)
                     log = open(Path(logs) / f"{i}.log", "w+")
                     cmd = [str(c) for c in cmd]
