@@ -19,6 +19,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from .conventions import HOTPOTQA_SYMBOLS, WIKIHOP_SYMBOLS
+
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 CHAR_LM_SIZES = ("small", "large")
 CHAR_LM_PHASES = (1, 2, 3, 4, 5)
@@ -101,7 +103,7 @@ _FINETUNE_DATA = {
     "coref": ("coref", "dict.txt", "documents"),
 }
 # The recipes whose inputs hold new vocabulary entries, which the model must have too.
-_NEW_TOKENS = {"wikihop": "[q],[/q],[ent],[/ent]", "hotpotqa": "[q],[/q],[p],[s]"}
+_NEW_TOKENS = {"wikihop": ",".join(WIKIHOP_SYMBOLS), "hotpotqa": ",".join(HOTPOTQA_SYMBOLS)}
 # Appendix B: the classification runs warm up over 10% of their steps; the QA recipes
 # keep their fixed warmup (Table 13). Coreference follows Joshi et al.'s implementation:
 # 10% warmup, one document per update.
