@@ -44,6 +44,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from longformer_fs.conventions import COREF_FILES, SEGMENT_SPECIALS, segment_count
+
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, file_stamp, previous_stats
 from .inputs import wrong_kind
 from .subword import SubwordSpec
@@ -52,7 +54,6 @@ KIND = "coref"
 SUFFIX = "_gold_conll"
 MIN_COLUMNS = 12  # document ... named entity, coreference
 WORD, SPEAKER = 3, 9  # column indices
-SPECIALS_PER_SEGMENT = 2  # <s> and </s>
 _BEGIN = re.compile(r"^#begin document \((.*)\); part (\d+)\s*$")
 _PIECE = re.compile(r"^(\()?(\d+)(\))?$")
 
@@ -208,11 +209,6 @@ def tokenize_document(doc: CorefDocument, encoder) -> TokenizedDocument:
     )
 
 
-def segments_needed(tokens: int, max_tokens: int) -> int:
-    """Segments of ``max_tokens`` (``<s>`` and ``</s>`` included) a document of ``tokens`` needs."""
-    return max(1, -(-tokens // (max_tokens - SPECIALS_PER_SEGMENT)))
-
-
 @dataclass(frozen=True)
 class CorefConfig:
     """What ``prep coref`` reads: ``files`` split -> a ``*_gold_conll`` file or a folder of
@@ -238,11 +234,8 @@ def _check_config(cfg: CorefConfig) -> None:
         if split not in SPLITS:
             raise PrepError(f"splits: {split!r} is not one of {', '.join(SPLITS)}")
         conll_files(path, f"--{split}")
-    if cfg.max_tokens <= SPECIALS_PER_SEGMENT:
-        raise PrepError(f"--max-tokens: must be more than {SPECIALS_PER_SEGMENT}, got {cfg.max_tokens}")
-
-
-NAMES = ("tokens", "sentence", "speaker", "mentions")
+    if cfg.max_tokens <= SEGMENT_SPECIALS:
+        raise PrepError(f"--max-tokens: must be more than {SEGMENT_SPECIALS}, got {cfg.max_tokens}")
 
 
 def prepare_coref(cfg: CorefConfig, out: Path, force: bool = False, log=print) -> dict:
@@ -251,8 +244,7 @@ def prepare_coref(cfg: CorefConfig, out: Path, force: bool = False, log=print) -
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))
-    names = [f"{n}.{e}" for n in NAMES for e in ("bin", "idx")] + ["examples.jsonl"]
-    outputs = {"dict.txt", "stats.json"} | {f"{s}.{n}" for s in SPLITS for n in names}
+    outputs = SplitFiles.outputs(COREF_FILES)
     if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
         return previous
 
@@ -277,7 +269,7 @@ def prepare_coref(cfg: CorefConfig, out: Path, force: bool = False, log=print) -
 
 def _write_split(directory: Path, split: str, documents: list[CorefDocument], encoder, max_tokens: int, bar) -> dict:
     """Tokenize and write one split's files; returns its stats."""
-    fields = {"tokens": encoder.dictionary_size, **{name: SplitFiles.SIGNED for name in NAMES[1:]}}
+    fields = {"tokens": encoder.dictionary_size, **{name: SplitFiles.SIGNED for name in COREF_FILES[1:]}}
     segments, mention_count, cluster_count = [], 0, 0
     with SplitFiles(directory, split, fields) as files:
         for doc in documents:
@@ -297,7 +289,7 @@ def _write_split(directory: Path, split: str, documents: list[CorefDocument], en
                 speaker=tokenized.speaker,
                 mentions=tokenized.mentions.reshape(-1),
             )
-            segments.append(segments_needed(len(tokenized.tokens), max_tokens))
+            segments.append(segment_count(len(tokenized.tokens), max_tokens))
             mention_count += len(tokenized.mentions)
             cluster_count += len(doc.clusters)
             bar.update(1)

@@ -319,6 +319,14 @@ class SplitFiles:
         return {"mean_tokens": float(lengths.mean()), "longest": int(lengths.max())}
 
     @staticmethod
+    def outputs(fields, listings=("examples",)) -> set[str]:
+        """Every file a preparation written as such splits owns (for :meth:`Staging.publish`
+        and :func:`previous_stats`): each split's ``fields`` and ``listings``, ``dict.txt``
+        and ``stats.json``."""
+        datasets = {f"{s}.{name}.{ext}" for s in SPLITS for name in fields for ext in ("bin", "idx")}
+        return {"dict.txt", STATS} | datasets | {f"{s}.{name}.jsonl" for s in SPLITS for name in listings}
+
+    @staticmethod
     def length_cells(split_stats: dict) -> tuple[str, str]:
         """A stats table's cells under :attr:`LENGTH_HEADERS` for a split's :meth:`length_stats`."""
         return f"{split_stats['mean_tokens']:,.0f}", f"{split_stats['longest']:,}"

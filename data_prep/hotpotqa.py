@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longformer_fs.conventions import BOS, HOTPOTQA_SYMBOLS
+from longformer_fs.conventions import BOS, HOTPOTQA_FILES, HOTPOTQA_SYMBOLS
 
 from .fairseq_dataset import PrepError, SplitFiles, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
@@ -65,7 +65,6 @@ from .wikihop import input_manifest as wikihop_inputs
 KIND = "hotpotqa"
 BATCH_EXAMPLES = 16  # examples per tokenizer call
 QUESTION_TYPES = ("span", "yes", "no")  # the type head's classes, in order
-ITEM_FILES = ("tokens", "offsets", "starts", "ends", "paragraphs", "sentences", "qtype")
 
 
 @dataclass(frozen=True)
@@ -308,8 +307,7 @@ def prepare_hotpotqa(cfg: HotpotqaConfig, out: Path, force: bool = False, log=pr
     out = Path(out)
     encoder = cfg.subword.load()
     inputs = json.loads(json.dumps(input_manifest(cfg)))
-    names = [f"{f}.{e}" for f in ITEM_FILES for e in ("bin", "idx")] + ["examples.jsonl"]
-    outputs = {"dict.txt", "stats.json"} | {f"{s}.{n}" for s in ("train", "valid", "test") for n in names}
+    outputs = SplitFiles.outputs(HOTPOTQA_FILES)
     if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
         return previous
 

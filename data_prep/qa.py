@@ -563,10 +563,7 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    outputs = {"dict.txt", "stats.json"} | {
-        f"{s}.{name}" for s in SPLITS for name in [f"{f}.{e}" for f in ITEM_FILES for e in ("bin", "idx")]
-    }
-    outputs |= {f"{s}.{name}.jsonl" for s in SPLITS for name in ("windows", "examples")}
+    outputs = SplitFiles.outputs(ITEM_FILES, ("windows", "examples"))
     if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
         return previous
 

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_SYMBOLS
+from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_FILES, WIKIHOP_SYMBOLS
 
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
@@ -231,8 +231,7 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    names = [f"{f}.{e}" for f in ("prefix", "context", "label") for e in ("bin", "idx")] + ["examples.jsonl"]
-    outputs = {"dict.txt", "stats.json"} | {f"{s}.{n}" for s in SPLITS for n in names}
+    outputs = SplitFiles.outputs(WIKIHOP_FILES)
     if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
         return previous
 

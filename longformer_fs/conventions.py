@@ -7,7 +7,9 @@ agree on lives here, and only that: a change here changes both sides at once.
 - fairseq's special symbols and their ids (:data:`BOS` ... :data:`NUM_SPECIALS`);
 - how GPT-2 BPE ids become model ids through RoBERTa's ``dict.txt``
   (:func:`dictionary_lookup`);
-- the marker symbols a task adds to the dictionary (:data:`WIKIHOP_SYMBOLS`);
+- the marker symbols a task adds to the dictionary (:data:`WIKIHOP_SYMBOLS`), the
+  datasets a fine-tuning preparation writes for its task (:data:`HOTPOTQA_FILES`), and
+  how a coreference document splits into segments (:func:`segment_count`);
 - each QA dataset's answer normalisation (:data:`NORMALIZATIONS`): TriviaQA's distant
   supervision (``prep qa``) must call equal exactly what its metric does;
 - the sentence splitter (:func:`split_sentences`): references are prepared, and
@@ -93,6 +95,32 @@ WIKIHOP_SYMBOLS = ("[q]", "[/q]", "[ent]", "[/ent]")
 # HotpotQA's markers (paper, Appendix B), appended by ``prep hotpotqa`` and required by the
 # ``longformer_hotpotqa`` task: ``<s> [q] question [/q] [p] title [s] sentence [s] ... [p] ...``.
 HOTPOTQA_SYMBOLS = ("[q]", "[/q]", "[p]", "[s]")
+
+# ---------------------------------------------------------------- fine-tuning datasets
+
+# The mmap datasets (``{split}.{name}.bin/.idx``) that ``prep`` writes for each fine-tuning
+# task and its task reads back by name, item ``i`` of each belonging to example ``i``.
+WIKIHOP_FILES = ("prefix", "context", "label")
+HOTPOTQA_FILES = ("tokens", "offsets", "starts", "ends", "paragraphs", "sentences", "qtype")
+COREF_FILES = ("tokens", "sentence", "speaker", "mentions")
+
+# Coreference reads a document as consecutive segments ``<s> tokens </s>`` of the model's
+# length: ``prep coref`` counts them for its stats, the task builds them.
+SEGMENT_SPECIALS = 2  # <s> and </s>
+
+
+def segment_room(max_positions: int) -> int:
+    """A segment's document tokens at ``max_positions`` positions; ValueError when none fit."""
+    room = max_positions - SEGMENT_SPECIALS
+    if room < 1:
+        raise ValueError(f"max_positions: {max_positions} leaves no room for tokens between <s> and </s>")
+    return room
+
+
+def segment_count(tokens, max_positions: int):
+    """The segments a document of ``tokens`` tokens takes (at least one); an int or an array of them."""
+    return np.maximum(-(-np.asarray(tokens) // segment_room(max_positions)), 1)
+
 
 # ---------------------------------------------------------------- answer normalisation
 

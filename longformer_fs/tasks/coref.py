@@ -24,13 +24,12 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..conventions import BOS, EOS
+from ..conventions import BOS, COREF_FILES, EOS, SEGMENT_SPECIALS, segment_count, segment_room
 from ..modules.coref import CorefHead
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 COREF_HEAD = "coref"
 HEAD_PARAM_GROUP = "coref_head"  # the composite optimizer's group of the task layers
-SPECIALS = 2  # <s> and </s> in each segment
 
 
 @dataclass
@@ -64,9 +63,7 @@ class CorefTaskConfig(FairseqDataclass):
 def segments(tokens: torch.Tensor, max_positions: int) -> list[torch.Tensor]:
     """A document's model rows: ``<s> piece </s>`` for consecutive pieces of
     ``max_positions - 2`` tokens (one row for an empty document)."""
-    room = max_positions - SPECIALS
-    if room < 1:
-        raise ValueError(f"max_positions: {max_positions} leaves no room for tokens between <s> and </s>")
+    room = segment_room(max_positions)
     bos, eos = tokens.new_tensor([BOS]), tokens.new_tensor([EOS])
     return [torch.cat([bos, tokens[i : i + room], eos]) for i in range(0, max(len(tokens), 1), room)]
 
@@ -75,10 +72,10 @@ class CorefDataset(ItemsDataset):
     def __init__(self, parts: dict, dictionary: Dictionary, max_positions: int):
         self.parts, self.dictionary, self.max_positions = parts, dictionary, max_positions
         lengths = np.asarray(parts["tokens"].sizes)
-        room = max(max_positions - SPECIALS, 1)
-        rows = np.maximum(-(-lengths // room), 1)
+        room = segment_room(max_positions)
+        rows = segment_count(lengths, max_positions)
         # A row fits the model (fairseq's size filter); a batch pays for every row.
-        self.sizes = np.minimum(lengths, room) + SPECIALS
+        self.sizes = np.minimum(lengths, room) + SEGMENT_SPECIALS
         self.costs = rows * self.sizes
 
     def __getitem__(self, index):
@@ -97,7 +94,7 @@ class CorefDataset(ItemsDataset):
             return {}
         rows = [row for s in samples for row in s["segments"]]
         tokens = data_utils.collate_tokens(rows, self.dictionary.pad(), left_pad=False)
-        width, room = tokens.shape[1], self.max_positions - SPECIALS
+        width, room = tokens.shape[1], segment_room(self.max_positions)
         documents, first_row = [], 0
         for sample in samples:
             length = len(sample["sentence"])
@@ -124,7 +121,7 @@ class CorefTask(TokenHeadTask):
     prep, head = "coref", COREF_HEAD
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        parts = self.load_parts(split, ("tokens", "sentence", "speaker", "mentions"))
+        parts = self.load_parts(split, COREF_FILES)
         self.datasets[split] = CorefDataset(parts, self.dictionary, self.cfg.max_positions)
         return self.datasets[split]
 

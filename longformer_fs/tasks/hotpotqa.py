@@ -19,7 +19,7 @@ from fairseq.data import Dictionary, data_utils
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..conventions import HOTPOTQA_SYMBOLS
+from ..conventions import HOTPOTQA_FILES, HOTPOTQA_SYMBOLS
 from ..modules.task_heads import EvidenceScorer
 from .question_answering import QuestionAnsweringConfig
 from .token_head_task import ItemsDataset, TokenHeadTask
@@ -27,7 +27,6 @@ from .token_head_task import ItemsDataset, TokenHeadTask
 SPAN_HEAD, TYPE_HEAD = "hotpotqa_span", "hotpotqa_type"
 PARAGRAPH_HEAD, SENTENCE_HEAD = "hotpotqa_paragraph", "hotpotqa_sentence"
 QUESTION_END, PARAGRAPH, SENTENCE = HOTPOTQA_SYMBOLS[1:]  # [/q] [p] [s]
-ITEM_FILES = ("tokens", "offsets", "starts", "ends", "paragraphs", "sentences", "qtype")
 
 
 @dataclass
@@ -68,7 +67,7 @@ class HotpotqaDataset(ItemsDataset):
         self.sizes = self.costs = np.asarray(parts["tokens"].sizes)
 
     def __getitem__(self, index):
-        item = {name: self.parts[name][index] for name in ITEM_FILES}
+        item = {name: self.parts[name][index] for name in HOTPOTQA_FILES}
         item["offsets"] = item["offsets"].view(-1, 2)
         return {"id": index, **item}
 
@@ -115,7 +114,7 @@ class HotpotqaTask(TokenHeadTask):
         }
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        parts = self.load_parts(split, ITEM_FILES)
+        parts = self.load_parts(split, HOTPOTQA_FILES)
         longest = int(np.max(parts["tokens"].sizes)) if len(parts["tokens"]) else 0
         if longest > self.cfg.max_positions:
             raise ValueError(

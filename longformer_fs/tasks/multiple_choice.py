@@ -19,7 +19,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..conventions import WIKIHOP_SYMBOLS
+from ..conventions import WIKIHOP_FILES, WIKIHOP_SYMBOLS
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 CANDIDATE_HEAD = "candidate"
@@ -97,7 +97,7 @@ class MultipleChoiceTask(TokenHeadTask):
     required_symbols = tuple(WIKIHOP_SYMBOLS)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        parts = self.load_parts(split, ("prefix", "context", "label"))
+        parts = self.load_parts(split, WIKIHOP_FILES)
         self.datasets[split] = MultipleChoiceDataset(
             parts["prefix"], parts["context"], parts["label"], self.dictionary, self.cfg.max_positions
         )
