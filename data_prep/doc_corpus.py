@@ -271,7 +271,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
             if pool is not None:
                 pool.terminate()
         if not spool:
-            raise _nothing_kept(stats, skips)
+            raise _nothing_kept(stats, skips, cfg.sources)
         placed = spool.replay(cfg.valid_fraction, cfg.test_fraction)
         for split, paragraphs in tqdm(placed, total=len(spool), desc="write", unit=" docs"):
             writer.add_document(split, paragraphs)
@@ -292,9 +292,13 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     return result
 
 
-def _nothing_kept(stats: dict[str, SourceStats], skips: list[Skipped]) -> PrepError:
-    """The error for a run that kept no document, with where they went."""
+def _nothing_kept(stats: dict[str, SourceStats], skips: list[Skipped], sources) -> PrepError:
+    """The error for a run that kept no document, with where they went, and the folders
+    that held no file of their source's kind (a txt folder of files without ``.txt``)."""
     parts = [f"{sum(st.read for st in stats.values())} read"]
+    for spec in sources:
+        if spec.path.is_dir() and not spec.files():
+            parts.append(f"--source {spec.name}: no {'/'.join(spec.suffixes)} file under {spec.path}")
     for reason, label in DROPPED.items():
         dropped = sum(st.dropped[reason] for st in stats.values())
         if dropped:

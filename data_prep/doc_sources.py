@@ -46,8 +46,12 @@ class SourceSpec:
             raise FileNotFoundError(f"--source {self.name}: {self.path} does not exist")
         if self.path.is_file():
             return [self.path]
-        suffixes = _SUFFIXES[self.kind]
-        return sorted(p for p in self.path.rglob("*") if p.is_file() and p.name.lower().endswith(suffixes))
+        return sorted(p for p in self.path.rglob("*") if p.is_file() and p.name.lower().endswith(self.suffixes))
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """The file endings this source's kind reads in a folder."""
+        return _SUFFIXES[self.kind]
 
 
 @dataclass

@@ -383,7 +383,13 @@ def test_clear_errors(corpus, tmp_path):
     d = corpus[0]
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "notes.txt").write_text("mine")
+    (tmp_path / "no_suffix").mkdir()
+    (tmp_path / "no_suffix" / "LICENSE").write_text("text in a file that does not end in .txt")
     for args, message in [
+        (
+            ["--source", f"x=txt:{tmp_path / 'no_suffix'}"],
+            f"(0 read; --source x: no .txt file under {tmp_path / 'no_suffix'})",
+        ),
         (["--source", "x=csv:/tmp"], "NAME=KIND:PATH"),
         (["--source", f"x=txt:{tmp_path / 'missing'}"], "does not exist"),
         (["--source", f"x=txt:{d / 'books'}", "--fraction", "y=0.5"], "no source named y"),
