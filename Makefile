@@ -90,9 +90,10 @@ endif
 
 NPROC ?= 1
 TORCHRUN_ARGS ?=
-# fairseq-hydra-train, in NPROC processes when asked (see longformer_fs/launch.py).
+# fairseq-hydra-train, in NPROC processes when asked, through longformer_fs/launch.py, which
+# also ends a finished run cleanly (fairseq alone may abort at exit after training stops mid-epoch).
 ifeq ($(NPROC),1)
-HYDRA_TRAIN = $(VENV)/bin/fairseq-hydra-train
+HYDRA_TRAIN = $(PY) -m longformer_fs.launch fairseq-hydra-train
 else
 HYDRA_TRAIN = $(VENV)/bin/torchrun --nproc_per_node $(NPROC) $(TORCHRUN_ARGS) -m longformer_fs.launch fairseq-hydra-train
 endif

@@ -1,8 +1,9 @@
-"""Run fairseq-train or fairseq-hydra-train as one process of a ``torchrun`` job.
+"""Run fairseq-train or fairseq-hydra-train as one process of a ``torchrun`` job, or
+alone, and end it cleanly.
 
-fairseq's own distributed training (DDP, legacy DDP, FSDP) does the work; this module
-only tells it what ``torchrun`` already knows, which fairseq cannot infer on every
-machine (docs/design.md §3):
+fairseq's own distributed training (DDP, legacy DDP, FSDP) does the work; under
+``torchrun`` this module only tells it what ``torchrun`` already knows, which fairseq
+cannot infer on every machine (docs/design.md §3):
 
 - on CPU, ``torchrun ... fairseq-train --cpu`` without the world size silently runs N
   independent trainings, and with it fairseq divides the rank by the CUDA device count
@@ -13,17 +14,30 @@ machine (docs/design.md §3):
 - on GPUs, the same, with NCCL and the local rank as the CUDA device: one command for a
   node or many nodes.
 
+Outside ``torchrun`` (none of its variables set) the command runs as it would alone.
+
+Either way the run ends cleanly (:func:`stop_batch_loaders`): fairseq loads batches in a
+daemon thread, and when training stops before the epoch ends that thread may still be
+inside a torch call when the interpreter shuts down. CPython then ends the thread with a
+forced unwind that meets pybind11's ``noexcept`` GIL guard, and the process aborts
+("terminate called without an active exception") after a run that finished: torchrun and
+cluster schedulers report the job as failed. So the loader is stopped and joined first.
+
 Usage (``--no-python``-free, any number of nodes)::
 
     torchrun --nproc_per_node 8 -m longformer_fs.launch fairseq-train DATA --user-dir longformer_fs ...
     torchrun --nnodes 4 --nproc_per_node 8 --rdzv-endpoint HOST:29500 -m longformer_fs.launch \\
         fairseq-hydra-train --config-dir recipes/char_lm --config-name small_phase1 task.data=DATA
+    python -m longformer_fs.launch fairseq-hydra-train --config-dir recipes/char_lm ...  # one process
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
+import time
 
 import torch
 
@@ -51,12 +65,15 @@ def _given(tool: str, args: list[str], name: str) -> bool:
 
 
 def distributed_arguments(tool: str, args: list[str], env: dict) -> list[str]:
-    """The fairseq arguments (flags or Hydra overrides) this process needs."""
+    """The fairseq arguments (flags or Hydra overrides) this process needs: none outside
+    torchrun (none of its variables in ``env``)."""
     missing = [key for key in _ENV if key not in env]
+    if len(missing) == len(_ENV):
+        return []
     if missing:
         raise LaunchError(
-            f"launch: {', '.join(missing)} not set; start this under torchrun "
-            "(torchrun --nproc_per_node N -m longformer_fs.launch fairseq-train ...)"
+            f"launch: {', '.join(missing)} not set (but {', '.join(k for k in _ENV if k in env)} are); start this "
+            "under torchrun (torchrun --nproc_per_node N -m longformer_fs.launch fairseq-train ...)"
         )
     cpu = _on_cpu(tool, args)
     settings = {
@@ -90,8 +107,37 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from fairseq_cli.hydra_train import cli_main
     sys.argv = [tool, *args]
-    cli_main()
+    try:
+        cli_main()
+    finally:  # a failed run too: its exception, not an abort, decides the exit status
+        stop_batch_loaders()
     return 0
+
+
+def stop_batch_loaders(timeout: float = 60.0) -> int:
+    """Stop fairseq's background batch loaders and wait for them to finish; returns how
+    many were running.
+
+    A loader (``fairseq.data.iterators.BackgroundConsumer``) puts batches into a bounded
+    queue until it has put ``_max_len`` of them. With that bound lowered it stops after the
+    batch it is making; emptying the queue makes room for that batch and for its final
+    sentinel, so the thread returns instead of waiting for a reader that has gone. A loader
+    still running after ``timeout`` seconds (a hung data worker) is left behind.
+    """
+    from fairseq.data.iterators import BackgroundConsumer
+
+    loaders = [t for t in threading.enumerate() if isinstance(t, BackgroundConsumer) and t.is_alive()]
+    deadline = time.monotonic() + timeout
+    for loader in loaders:
+        loader._max_len = 0
+        while loader.is_alive() and time.monotonic() < deadline:
+            try:
+                while True:
+                    loader._queue.get_nowait()
+            except queue.Empty:
+                pass
+            loader.join(0.05)
+    return len(loaders)
 
 
 if __name__ == "__main__":
