@@ -61,13 +61,17 @@ COMMANDS = {
         "summaries of text/JSONL/PDF documents (or a prepared split, with ROUGE) from an LED checkpoint",
     ),
     "rouge": ("longformer_fs.commands.rouge", "ROUGE-1/2/Lsum F1 of summaries against references, as papers report"),
+    "import-hf": (
+        "longformer_fs.commands.import_hf",
+        "a released Longformer or LED in HF transformers' layout (allenai's) as our checkpoint, tokenizer included",
+    ),
     "convert-roberta": (
         "longformer_fs.commands.convert_roberta",
-        "a fairseq RoBERTa checkpoint as a longformer_roberta one (positions to 4096)",
+        "a RoBERTa checkpoint (fairseq or HF layout) as a longformer_roberta one (positions to 4096)",
     ),
     "convert-bart": (
         "longformer_fs.commands.convert_bart",
-        "a fairseq BART checkpoint as an LED one (encoder positions to 16384, global projections)",
+        "a BART checkpoint (fairseq or HF layout) as an LED one (encoder positions to 16384, global projections)",
     ),
     "export-hf": (
         "longformer_fs.commands.export_hf",

@@ -50,7 +50,7 @@ def check_bart_like(state_dict: dict, name: str | None) -> tuple[int, int]:
 def convert_bart(src: Path, out_dir: Path, max_source_positions: int = 16384, window: str = "512") -> dict:
     """Convert ``src`` (a ``model.pt``, or a directory holding it and ``dict.txt``) into
     ``out_dir/model.pt`` + ``out_dir/dict.txt``. Returns a report of what changed."""
-    source = read_source(src)
+    source = read_source(src, hf_types=("bart", "led"))
     weights = source.weights
     layers = check_bart_like(weights, source.name)
     layer_values(window, layers[0], "window")  # a bad per-layer list fails here, not at training time
@@ -67,9 +67,7 @@ def convert_bart(src: Path, out_dir: Path, max_source_positions: int = 16384, wi
     target_positions = config_get(source.model_cfg, "max_target_positions", layout.DEFAULT_MAX_TARGET_POSITIONS)
     config_set(source.model_cfg, _name=arch, arch=arch, max_source_positions=max_source_positions,
                max_target_positions=target_positions, attention_window=str(window))  # fmt: skip
-    model_pt = write_converted(
-        source, weights, out_dir, source.dictionary.read_bytes(), max_source_positions=max_source_positions
-    )
+    model_pt = write_converted(source, weights, out_dir, source.dictionary, max_source_positions=max_source_positions)
     return {
         "source": str(source.path),
         "output": str(model_pt),

@@ -17,57 +17,26 @@ counterpart, so such models are refused.
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import torch
 from fairseq import checkpoint_utils
 from transformers import (
-    AutoTokenizer,
     LongformerConfig,
     LongformerForMaskedLM,
     LongformerForQuestionAnswering,
     LongformerForSequenceClassification,
     LongformerForTokenClassification,
-    RobertaTokenizer,
 )
 
-from ..conventions import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK, dictionary_lookup, dictionary_size, vocab_size
+from ..conventions import BOS, EOS, PAD
 from ..models import longformer_roberta as layout
 from ..models.checkpoints import model_config, model_name
 from ..modules.per_layer import layer_values
+from ..tasks.question_answering import QA_HEAD
+from . import hf_layout
 from .hf_led import export_led
-
-# fairseq key -> HF key, for every tensor of the encoder and of the masked-LM head.
-_EMBEDDINGS = {
-    layout.TOKEN_EMBEDDINGS: "longformer.embeddings.word_embeddings.weight",
-    layout.POSITIONS: "longformer.embeddings.position_embeddings.weight",
-    layout.EMBEDDING_NORM + "weight": "longformer.embeddings.LayerNorm.weight",
-    layout.EMBEDDING_NORM + "bias": "longformer.embeddings.LayerNorm.bias",
-}
-# Inside layer i: fairseq module (under layout.LAYERS + "i.") -> HF module (under "longformer.encoder.layer.i.").
-_LAYER = {
-    "self_attn.q_proj": "attention.self.query",
-    "self_attn.k_proj": "attention.self.key",
-    "self_attn.v_proj": "attention.self.value",
-    "self_attn.q_proj_global": "attention.self.query_global",
-    "self_attn.k_proj_global": "attention.self.key_global",
-    "self_attn.v_proj_global": "attention.self.value_global",
-    "self_attn.out_proj": "attention.output.dense",
-    "self_attn_layer_norm": "attention.output.LayerNorm",
-    "fc1": "intermediate.dense",
-    "fc2": "output.dense",
-    "final_layer_norm": "output.LayerNorm",
-}
-_HEAD = {
-    layout.LM_HEAD + "dense.weight": "lm_head.dense.weight",
-    layout.LM_HEAD + "dense.bias": "lm_head.dense.bias",
-    layout.LM_HEAD + "layer_norm.weight": "lm_head.layer_norm.weight",
-    layout.LM_HEAD + "layer_norm.bias": "lm_head.layer_norm.bias",
-    layout.LM_HEAD + "weight": "lm_head.decoder.weight",
-    layout.LM_HEAD + "bias": "lm_head.bias",
-}
+from .hf_tokenizer import write_hf_tokenizer
 
 
 class ExportError(ValueError):
@@ -94,7 +63,6 @@ def check_exportable(args, layers: int) -> list[int]:
 
 CLASSIFICATION_HEADS = "classification_heads."
 TOKEN_HEADS = "token_heads."
-QA_HEAD = "qa"  # the longformer_qa task's token head
 
 
 def task_head(args, state: dict) -> tuple[type, dict, dict]:
@@ -126,22 +94,21 @@ def task_head(args, state: dict) -> tuple[type, dict, dict]:
         )
         weights = {f"{name}.{p}": state[prefix + p] for p in ("weight", "bias")}
         return cls, weights, {"num_labels": weights[f"{name}.bias"].numel()}
-    weights = {hf: state[fs] for fs, hf in _HEAD.items()}
+    weights = {hf: state[fs] for fs, hf in hf_layout.LM_HEAD.items()}
+    weights[hf_layout.LM_HEAD_DECODER] = state[layout.LM_HEAD + "weight"]
     weights["lm_head.decoder.bias"] = state[layout.LM_HEAD + "bias"]
     return LongformerForMaskedLM, weights, {}
 
 
 def hf_state_dict(state: dict, layers: int, head: dict) -> dict:
     """fairseq ``longformer_roberta`` weights under HF Longformer names, ``head`` (HF names) added."""
-    out = {hf: state[fs] for fs, hf in _EMBEDDINGS.items()} | head
+    prefix = "longformer."
+    out = {hf: state[fs] for fs, hf in hf_layout.bert_encoder(layers, prefix, global_projections=True).items()}
+    out[prefix + hf_layout.WORD_EMBEDDINGS] = state[layout.TOKEN_EMBEDDINGS]
+    out[prefix + hf_layout.POSITION_EMBEDDINGS] = state[layout.POSITIONS]
     # RoBERTa has no token types: one all-zero type embedding adds nothing.
-    hidden = state[layout.TOKEN_EMBEDDINGS].shape[1]
-    out["longformer.embeddings.token_type_embeddings.weight"] = torch.zeros(1, hidden)
-    for i in range(layers):
-        for fs, hf in _LAYER.items():
-            for param in ("weight", "bias"):
-                out[f"longformer.encoder.layer.{i}.{hf}.{param}"] = state[f"{layout.LAYERS}{i}.{fs}.{param}"]
-    return {k: v.detach().clone().contiguous() for k, v in out.items()}
+    out[prefix + hf_layout.TOKEN_TYPE_EMBEDDINGS] = torch.zeros(1, state[layout.TOKEN_EMBEDDINGS].shape[1])
+    return {k: v.detach().clone().contiguous() for k, v in (out | head).items()}
 
 
 def hf_config(args, state: dict, windows: list[int], **settings):
@@ -165,40 +132,6 @@ def hf_config(args, state: dict, windows: list[int], **settings):
         sep_token_id=EOS,
         attention_window=[2 * w for w in windows],  # HF counts both sides
     )
-
-
-def _tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
-    """Save an HF tokenizer for the model's ids: from an HF tokenizer directory as is, or
-    from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through fairseq's ``dict.txt``
-    (the same mapping as ``prep docs``: :func:`longformer_fs.conventions.dictionary_lookup`)."""
-    if (source / "encoder.json").is_file() and (source / "vocab.bpe").is_file():
-        gpt2 = {int(i): tok for tok, i in json.loads((source / "encoder.json").read_text()).items()}
-        model_id = dictionary_lookup(dict_path, vocab_size(source / "encoder.json"))
-        # Every BPE piece needs its own id for the merges that pass through it, and the
-        # model has ids only for the dictionary's: a partial dictionary cannot be exported.
-        missing = [piece for i, piece in sorted(gpt2.items()) if model_id[i] == UNK]
-        if missing:
-            raise ExportError(
-                f"--dict: {dict_path} lacks {len(missing)} of the BPE's {len(gpt2)} pieces "
-                f"(e.g. {missing[0]!r}); an HF tokenizer needs them all (RoBERTa's dict.txt has them)"
-            )
-        vocab = {
-            **{symbol: index for index, symbol in enumerate(SPECIAL_SYMBOLS)},
-            **{piece: int(model_id[i]) for i, piece in gpt2.items()},
-            "<mask>": dictionary_size(dict_path),
-        }  # masked_lm adds <mask> after the dictionary
-        (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
-        shutil.copyfile(source / "vocab.bpe", out_dir / "merges.txt")
-        RobertaTokenizer.from_pretrained(str(out_dir), local_files_only=True).save_pretrained(out_dir)
-        return "gpt2-bpe+dict.txt"
-    try:
-        AutoTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
-    except (OSError, ValueError) as err:
-        raise FileNotFoundError(
-            f"--tokenizer: {source} holds neither an HF tokenizer nor GPT-2's encoder.json "
-            f"and vocab.bpe ({str(err).splitlines()[0]})"
-        ) from None
-    return "hf"
 
 
 def export_longformer(args, state: dict):
@@ -253,5 +186,5 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
         dict_path = Path(dictionary) if dictionary else Path(checkpoint).parent / "dict.txt"
         if not dict_path.is_file():
             raise FileNotFoundError(f"--dict: {dict_path} does not exist (the model's fairseq dict.txt)")
-        tokenizer_kind = _tokenizer(Path(tokenizer), dict_path, out_dir)
+        tokenizer_kind = write_hf_tokenizer(Path(tokenizer), dict_path, out_dir)
     return {"checkpoint": str(checkpoint), "output": str(out_dir), **report, "tokenizer": tokenizer_kind}

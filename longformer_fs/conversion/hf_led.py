@@ -16,25 +16,7 @@ from ..conventions import BOS, EOS, PAD
 from ..models import led as layout
 from ..models.checkpoints import config_get, reserved_position_rows
 from ..modules.per_layer import layer_values
-
-# Inside encoder layer i: fairseq module -> HF module.
-_ENCODER_LAYER = {
-    "self_attn.q_proj": "self_attn.longformer_self_attn.query",
-    "self_attn.k_proj": "self_attn.longformer_self_attn.key",
-    "self_attn.v_proj": "self_attn.longformer_self_attn.value",
-    "self_attn.q_proj_global": "self_attn.longformer_self_attn.query_global",
-    "self_attn.k_proj_global": "self_attn.longformer_self_attn.key_global",
-    "self_attn.v_proj_global": "self_attn.longformer_self_attn.value_global",
-    "self_attn.out_proj": "self_attn.output",
-    "self_attn_layer_norm": "self_attn_layer_norm",
-    "fc1": "fc1",
-    "fc2": "fc2",
-    "final_layer_norm": "final_layer_norm",
-}
-# Decoder layers keep BART's names on both sides.
-_DECODER_LAYER = ["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj", "self_attn.out_proj",
-                  "self_attn_layer_norm", "encoder_attn.k_proj", "encoder_attn.v_proj", "encoder_attn.q_proj",
-                  "encoder_attn.out_proj", "encoder_attn_layer_norm", "fc1", "fc2", "final_layer_norm"]  # fmt: skip
+from . import hf_layout
 
 
 def led_windows(args, layers: int) -> list[int]:
@@ -48,26 +30,16 @@ def led_state_dict(state: dict, encoder_layers: int, decoder_layers: int) -> dic
     """fairseq ``led`` weights under HF ``LEDForConditionalGeneration`` names."""
     reserved = reserved_position_rows(PAD)
     tokens = state[layout.TOKEN_EMBEDDINGS]
-    out = {
-        "led.shared.weight": tokens,
+    out = {hf: state[fs] for fs, hf in hf_layout.encoder_decoder(encoder_layers, decoder_layers, "led.", True).items()}
+    out |= {
+        "led." + hf_layout.SHARED_EMBEDDINGS: tokens,
         "led.encoder.embed_tokens.weight": tokens,
         "led.decoder.embed_tokens.weight": tokens,
-        "lm_head.weight": state.get("decoder.output_projection.weight", tokens),
-        "final_logits_bias": torch.zeros(1, tokens.shape[0]),
+        hf_layout.LM_HEAD_WEIGHT: state.get("decoder.output_projection.weight", tokens),
+        hf_layout.FINAL_LOGITS_BIAS: torch.zeros(1, tokens.shape[0]),
         "led.encoder.embed_positions.weight": state[layout.ENCODER_POSITIONS][reserved:],
         "led.decoder.embed_positions.weight": state[layout.DECODER_POSITIONS][reserved:],
     }
-    for side in ("encoder", "decoder"):
-        for param in ("weight", "bias"):
-            out[f"led.{side}.layernorm_embedding.{param}"] = state[f"{side}.layernorm_embedding.{param}"]
-    for i in range(encoder_layers):
-        for fs, hf in _ENCODER_LAYER.items():
-            for param in ("weight", "bias"):
-                out[f"led.encoder.layers.{i}.{hf}.{param}"] = state[f"{layout.ENCODER_LAYERS}{i}.{fs}.{param}"]
-    for i in range(decoder_layers):
-        for name in _DECODER_LAYER:
-            for param in ("weight", "bias"):
-                out[f"led.decoder.layers.{i}.{name}.{param}"] = state[f"{layout.DECODER_LAYERS}{i}.{name}.{param}"]
     return {k: v.detach().clone().contiguous() for k, v in out.items()}
 
 

@@ -88,7 +88,7 @@ def convert_roberta(
 ) -> dict:
     """Convert ``src`` (a ``model.pt``, or a directory holding it and ``dict.txt``) into
     ``out_dir/model.pt`` + ``out_dir/dict.txt``. Returns a report of what changed."""
-    source = read_source(src)
+    source = read_source(src, hf_types=("roberta", "longformer"))
     model_cfg, weights, source_model = source.model_cfg, source.weights, source.name
     layers = check_roberta_like(weights, source_model)
     layer_values(window, layers, "window")  # a bad per-layer list fails here, not at training time
@@ -99,8 +99,7 @@ def convert_roberta(
         weights[layout.POSITIONS], max_positions, padding_idx, position_init, seed
     )
     added = add_global_projections(weights, layout.LAYERS)
-    dictionary_lines = source.dictionary.read_text(encoding="utf-8").splitlines()
-    dictionary_lines, new_tokens = add_tokens(weights, dictionary_lines, extra_tokens or [], seed)
+    dictionary_lines, new_tokens = add_tokens(weights, source.dictionary, extra_tokens or [], seed)
 
     large = weights[layout.POSITIONS].shape[1] >= 1024
     arch = "longformer_roberta_large" if large else "longformer_roberta_base"
@@ -115,8 +114,7 @@ def convert_roberta(
         causal_attention=False,
         global_attention_tokens="",
     )
-    dictionary = "".join(line + "\n" for line in dictionary_lines).encode("utf-8")
-    model_pt = write_converted(source, weights, out_dir, dictionary, tokens_per_sample=max_positions)
+    model_pt = write_converted(source, weights, out_dir, dictionary_lines, tokens_per_sample=max_positions)
     return {
         "source": str(source.path),
         "output": str(model_pt),

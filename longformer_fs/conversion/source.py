@@ -1,20 +1,22 @@
 """Reading the checkpoint a converter starts from, and what every converter shares.
 
-Converters take a released fairseq model (RoBERTa, BART): a ``model.pt`` with its
-``dict.txt`` beside it. They read it here, change the weights the model modules say
-how to change, and write a checkpoint ``fairseq-train`` starts from
+Converters take a released model (RoBERTa, BART): a fairseq ``model.pt`` with its
+``dict.txt`` beside it, or a directory in HF transformers' layout (read by
+:mod:`.hf_import`). They read it here, change the weights the model modules say how to
+change, and write a checkpoint ``fairseq-train`` starts from
 (:func:`~longformer_fs.models.checkpoints.save_start_checkpoint`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from fairseq import checkpoint_utils
-from fairseq.data import Dictionary
 
+from ..conventions import PAD
 from ..models.checkpoints import config_set, model_config, model_name, reserved_position_rows, save_start_checkpoint
 
 
@@ -24,42 +26,69 @@ class NotConvertibleError(ValueError):
 
 @dataclass
 class SourceCheckpoint:
-    path: Path  # model.pt
-    dictionary: Path  # dict.txt beside it
-    state: dict  # the whole checkpoint
-    model_cfg: object  # argparse.Namespace (pre-Hydra) or DictConfig
-    name: str | None  # the model or architecture it was trained as
+    """A released model as fairseq holds it.
+
+    Attributes:
+        path: its ``model.pt``, or its HF directory.
+        dictionary: its ``dict.txt`` lines.
+        state: the whole checkpoint (``cfg`` or ``args``, and ``model``, the weights).
+        model_cfg: its model settings, an ``argparse.Namespace`` (pre-Hydra) or a DictConfig.
+        name: the model or architecture it was trained as.
+        tokenizer: for an HF directory, its byte-level BPE
+            (:class:`~longformer_fs.conversion.hf_tokenizer.ByteLevelBPE`), which the
+            conversion writes as ``prep``'s files; fairseq releases ship GPT-2's separately.
+    """
+
+    path: Path
+    dictionary: list[str]
+    state: dict
+    model_cfg: object
+    name: str | None
+    tokenizer: object | None = field(default=None, repr=False)
 
     @property
     def weights(self) -> dict:
         return self.state["model"]
 
     def padding_idx(self) -> int:
-        return Dictionary.load(str(self.dictionary)).pad()
+        return PAD  # fairseq's Dictionary pads with id 1 (the four specials come first in every dict.txt)
 
 
-def write_converted(source: SourceCheckpoint, weights: dict, out_dir: Path, dictionary: bytes, **task_settings) -> Path:
-    """Write a converted checkpoint: ``out_dir/model.pt`` (fairseq-train starts from it)
-    and ``out_dir/dict.txt``; ``task_settings`` go into the task config it was trained
-    with, where it has one. Returns the path of model.pt."""
+def write_converted(
+    source: SourceCheckpoint, weights: dict, out_dir: Path, dictionary: list[str], **task_settings
+) -> Path:
+    """Write a converted checkpoint: ``out_dir/model.pt`` (fairseq-train starts from it),
+    ``out_dir/dict.txt`` and, for an HF source, ``encoder.json`` and ``vocab.bpe``;
+    ``task_settings`` go into the task config it was trained with, where it has one.
+    Returns the path of model.pt."""
+    from .hf_tokenizer import write_bpe_files
+
     cfg = source.state.get("cfg")
     if cfg is not None and cfg.get("task") is not None:
         config_set(cfg["task"], **task_settings)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_start_checkpoint(source.state, weights, out_dir / "model.pt")
-    (out_dir / "dict.txt").write_bytes(dictionary)
+    (out_dir / "dict.txt").write_text("".join(line + "\n" for line in dictionary), encoding="utf-8")
+    if source.tokenizer is not None:
+        write_bpe_files(source.tokenizer, out_dir)
     return out_dir / "model.pt"
 
 
-def read_source(src: Path) -> SourceCheckpoint:
-    """``src``: a ``model.pt``, or a directory holding ``model.pt`` and ``dict.txt``.
+def read_source(src: Path, hf_types: tuple[str, ...] = ()) -> SourceCheckpoint:
+    """``src``: a ``model.pt``, a directory holding ``model.pt`` and ``dict.txt``, or an
+    HF model directory (``config.json``) of one of ``hf_types``.
 
     Raises:
         FileNotFoundError: a missing checkpoint or dictionary.
-        NotConvertibleError: not a readable fairseq checkpoint with a model config.
+        NotConvertibleError: not a readable fairseq checkpoint with a model config, or an
+            HF directory of another model type.
     """
     src = Path(src)
+    if src.is_dir() and (src / "config.json").is_file() and not (src / "model.pt").is_file():
+        from .hf_import import read_hf_source  # builds on this module, hence imported here
+
+        return read_hf_source(src, hf_types)
     ckpt = src / "model.pt" if src.is_dir() else src
     dictionary = ckpt.parent / "dict.txt"
     for path, what in ((ckpt, "checkpoint"), (dictionary, "dictionary (dict.txt next to the checkpoint)")):
@@ -72,7 +101,23 @@ def read_source(src: Path) -> SourceCheckpoint:
     model_cfg = model_config(state)
     if model_cfg is None or "model" not in state:
         raise NotConvertibleError(f"checkpoint: {ckpt} has no model config and weights; is it a fairseq checkpoint?")
-    return SourceCheckpoint(ckpt, dictionary, state, model_cfg, model_name(model_cfg))
+    lines = dictionary.read_text(encoding="utf-8").splitlines()
+    return SourceCheckpoint(ckpt, lines, state, model_cfg, model_name(model_cfg))
+
+
+def training_config(arguments: list[str], settings: dict):
+    """The whole fairseq config that ``fairseq-train ARGUMENTS`` records in its
+    checkpoints, with the model's ``settings`` set over what the architecture chose: the
+    config of a checkpoint that did not come from fairseq-train (an HF import)."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Hydra's deprecation notices about fairseq's own config files
+        args = options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in arguments])
+        for key, value in settings.items():
+            setattr(args, key, value)
+        return convert_namespace_to_omegaconf(args)
 
 
 def extend_positions(

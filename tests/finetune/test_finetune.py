@@ -502,3 +502,48 @@ def test_make_finetune_refuses_mismatched_inputs_clearly(work, wikihop):
     # A WikiHop dataset for a model converted without the four new tokens.
     code, log = make("finetune-wikihop", f"MODEL={tmp / 'converted' / 'model.pt'}", f"DATA={tmp / 'wh'}")
     assert code == 2 and "--add-tokens" in log and "Traceback" not in log
+
+
+# ---------------------------------------------------------------- the RoBERTa people hold: HF's layout
+
+NETWORK = ("_name", "encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
+           "activation_fn", "max_positions", "attention_window", "attention_dilation", "encoder_normalize_before",
+           "layernorm_embedding", "no_scale_embedding", "untie_weights_roberta", "pooler_activation_fn")  # fmt: skip
+
+
+def test_convert_roberta_from_hf_layout_equals_the_fairseq_release(work, tmp_path):
+    """The release as the hub serves roberta-base (transformers' RobertaForMaskedLM with
+    vocab.json and merges.txt): HF's logits are the release's, and convert-roberta makes
+    the same checkpoint from either layout, with tokenizer files that give the same ids."""
+    from hf_models import roberta_as_hf
+
+    from data_prep.subword import SubwordSpec
+    from longformer_fs.evaluation.checkpoint import load_model
+    from longformer_fs.models.checkpoints import config_get, model_config
+
+    tmp, bpe = work["tmp"], work["tmp"] / "bpe"
+    theirs = roberta_as_hf(work["roberta"], bpe, tmp_path / "hf").double()
+    release, task = load_model(work["roberta"] / "model.pt", tmp / "cls" / "input0")
+    tokens = torch.randint(4, len(task.source_dictionary) - 1, (2, 100), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0], tokens[1, 70:] = 0, 1
+    with torch.no_grad():
+        expected = release.double()(tokens)[0]
+        got = theirs(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
+    # fairseq computes GELU in float32 (fairseq.modules.gelu): agreement to 1e-7, not 1e-15.
+    torch.testing.assert_close(got[tokens != 1], expected[tokens != 1], atol=1e-6, rtol=1e-5)
+
+    options = ["--max-positions", "256", "--window", "16"]
+    ok("convert-roberta", tmp_path / "hf", "--out", tmp_path / "from_hf", *options)
+    ok("convert-roberta", work["roberta"], "--out", tmp_path / "from_fairseq", *options)
+    a, b = (torch.load(tmp_path / d / "model.pt", weights_only=False) for d in ("from_hf", "from_fairseq"))
+    assert a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), [
+        k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])
+    ]
+    settings = [{k: config_get(model_config(state), k) for k in NETWORK} for state in (a, b)]
+    assert settings[0] == settings[1] and settings[0]["_name"] == "longformer_roberta_base"
+    texts = [" ".join(r["text"].split()[:60]) for r in classification_rows(5, 9)] + ["Which code opens the red gate?"]
+    hf_files = SubwordSpec.gpt2(*(tmp_path / "from_hf" / f for f in ("encoder.json", "vocab.bpe", "dict.txt")))
+    release_files = SubwordSpec.gpt2(bpe / "encoder.json", bpe / "vocab.bpe", tmp_path / "from_fairseq" / "dict.txt")
+    for x, y in zip(hf_files.load().encode(texts), release_files.load().encode(texts), strict=True):
+        assert x.tolist() == y.tolist()

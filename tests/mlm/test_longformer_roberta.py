@@ -212,7 +212,7 @@ def test_hf_tokenizer_from_gpt2_files_uses_the_model_ids(tmp_path):
     """GPT-2's encoder.json/vocab.bpe mapped through dict.txt (which lists GPT-2 ids in model order)."""
     from transformers import AutoTokenizer
 
-    from longformer_fs.conversion.hf import _tokenizer
+    from longformer_fs.conversion.hf_tokenizer import write_hf_tokenizer
 
     bpe = tmp_path / "gpt2"
     bpe.mkdir()
@@ -220,11 +220,11 @@ def test_hf_tokenizer_from_gpt2_files_uses_the_model_ids(tmp_path):
     (bpe / "vocab.bpe").write_text("#version: 0.2\n\u0120 a\n\u0120 b\n")
     (tmp_path / "dict.txt").write_text("4 9\n0 7\n3 5\n1 1\n")  # Ġb a Ġa b -> model ids 4 5 6 7; no Ġ
     with pytest.raises(ValueError, match="lacks 1 of the BPE's 5 pieces"):
-        _tokenizer(bpe, tmp_path / "dict.txt", tmp_path)
+        write_hf_tokenizer(bpe, tmp_path / "dict.txt", tmp_path)
     (tmp_path / "dict.txt").write_text("4 9\n0 7\n3 5\n1 1\n2 1\n")  # ... and Ġ -> 8
     out = tmp_path / "hf"
     out.mkdir()
-    assert _tokenizer(bpe, tmp_path / "dict.txt", out) == "gpt2-bpe+dict.txt"
+    assert write_hf_tokenizer(bpe, tmp_path / "dict.txt", out) == "gpt2-bpe+dict.txt"
     tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
     assert tok("a b a")["input_ids"] == [0, 5, 4, 6, 2]  # <s> a Ġb Ġa </s>
     assert tok.mask_token_id == 9 and tok.pad_token_id == 1

@@ -370,3 +370,45 @@ def test_bad_input_gives_clear_errors(bart, data, tmp_path):
         "--vocab-bpe",
         bpe / "vocab.bpe",
     )
+
+
+LED_NETWORK = ("_name", "encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_embed_dim",
+               "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
+               "activation_fn", "max_source_positions", "max_target_positions", "attention_window",
+               "share_all_embeddings", "no_scale_embedding", "layernorm_embedding", "encoder_normalize_before")  # fmt: skip
+
+
+def test_convert_bart_from_hf_layout_equals_the_fairseq_release(bart, data, tmp_path):
+    """The release as the hub serves facebook/bart-* (transformers' BartForConditionalGeneration
+    with vocab.json and merges.txt): HF's logits are the release's, and convert-bart makes the
+    same LED from either layout, with tokenizer files that give the same ids."""
+    from hf_models import bart_as_hf
+
+    from data_prep.subword import SubwordSpec
+    from longformer_fs.models.checkpoints import config_get, model_config
+
+    theirs = bart_as_hf(bart, data["bpe"], tmp_path / "hf").double()
+    release, task = load_model(bart / "model.pt", data["short"])
+    task.load_dataset("valid")
+    release.double()
+    for i in range(3):  # one at a time: fairseq pads sources on the left, which moves HF's positions
+        batch = task.dataset("valid").collater([task.dataset("valid")[i]])["net_input"]
+        with torch.no_grad():
+            expected = release(**batch)[0]
+            got = theirs(input_ids=batch["src_tokens"], decoder_input_ids=batch["prev_output_tokens"]).logits
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)  # fairseq's GELU is float32
+
+    options = ["--max-source-positions", "256", "--window", "16"]
+    ok("convert-bart", tmp_path / "hf", "--out", tmp_path / "from_hf", *options)
+    ok("convert-bart", bart, "--out", tmp_path / "from_fairseq", *options)
+    a, b = (torch.load(tmp_path / d / "model.pt", weights_only=False) for d in ("from_hf", "from_fairseq"))
+    assert a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    settings = [{k: config_get(model_config(state), k) for k in LED_NETWORK} for state in (a, b)]
+    assert settings[0] == settings[1] and settings[0]["_name"] == "led_base"
+    texts = [r["source"][:300] + " " + r["target"] for r in documents(5, 60, 0, 11)]
+    hf_files = SubwordSpec.gpt2(*(tmp_path / "from_hf" / f for f in ("encoder.json", "vocab.bpe", "dict.txt")))
+    bpe = data["bpe"]
+    release_files = SubwordSpec.gpt2(bpe / "encoder.json", bpe / "vocab.bpe", tmp_path / "from_fairseq" / "dict.txt")
+    for x, y in zip(hf_files.load().encode(texts), release_files.load().encode(texts), strict=True):
+        assert x.tolist() == y.tolist()

@@ -1,0 +1,275 @@
+"""RoBERTa-family tokenizers between HF's files and the files ``prep`` takes.
+
+HF ships a byte-level BPE as ``tokenizer.json`` (vocabulary and merges in one file), as
+``vocab.json`` + ``merges.txt``, or both; its ids are the model's. ``prep`` takes GPT-2's
+``encoder.json`` (BPE piece -> GPT-2 id) and ``vocab.bpe`` (the merges) with the model's
+``dict.txt``, whose line ``r`` holds the GPT-2 id of model id ``NUM_SPECIALS + r``
+(:func:`longformer_fs.conventions.dictionary_lookup`).
+
+Going from HF to ``prep``'s files needs each piece's GPT-2 id, which HF's files no longer
+hold. GPT-2 numbered its pieces by how they arose: the 256 byte characters first, in the
+order of its byte-to-character table, then each merge's result, in merge order (id
+``256 + rank``), then ``<|endoftext|>`` (50256). :func:`gpt2_ids` numbers any byte-level
+BPE that way, so the files written for a released RoBERTa, Longformer, BART or LED are
+GPT-2's own ``encoder.json`` and ``vocab.bpe`` and a ``dict.txt`` with RoBERTa's symbols,
+and the ids ``prep`` gives are HF's (``tests/conversion`` checks both on English text).
+
+The other direction, :func:`write_hf_tokenizer`, serves ``export-hf``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..conventions import NUM_SPECIALS, SPECIAL_SYMBOLS, UNK, dictionary_lookup, dictionary_size, vocab_size
+from .source import NotConvertibleError
+
+MASK = "<mask>"
+TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT = "tokenizer.json", "vocab.json", "merges.txt"
+ENCODER_JSON, VOCAB_BPE = "encoder.json", "vocab.bpe"
+
+
+class TokenizerError(NotConvertibleError):
+    """The tokenizer files are missing, unreadable or not the model's; the message names the file."""
+
+
+@dataclass
+class ByteLevelBPE:
+    """A byte-level BPE as HF saves it.
+
+    Attributes:
+        vocab: every token, specials included -> its (model) id.
+        merges: the merge rules, in order.
+        files: where it was read from (for messages).
+    """
+
+    vocab: dict[str, int]
+    merges: list[tuple[str, str]]
+    files: list[Path]
+
+    @property
+    def where(self) -> str:
+        return " and ".join(str(f) for f in self.files)
+
+    def size(self) -> int:
+        """Ids the tokenizer can give: its largest + 1."""
+        return max(self.vocab.values()) + 1
+
+
+def byte_characters() -> list[str]:
+    """The characters GPT-2's byte-level BPE writes the 256 bytes as, in GPT-2's id order:
+    the printable Latin-1 bytes as themselves, then every other byte ``b`` as ``chr(256 + n)``
+    for the ``n``-th of them."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return [chr(b) for b in printable] + [chr(256 + n) for n in range(len(others))]
+
+
+def _merge_pairs(merges: list, where: Path) -> list[tuple[str, str]]:
+    pairs = []
+    for merge in merges:
+        pair = merge.split(" ") if isinstance(merge, str) else list(merge)
+        if len(pair) != 2:
+            raise TokenizerError(f"{where}: merge {merge!r} is not a pair of pieces")
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TokenizerError(f"{path}: not JSON ({err})") from None
+
+
+def _byte_level(pre_tokenizer: dict | None) -> dict | None:
+    """The ByteLevel step of a tokenizer.json pre-tokenizer (also inside a Sequence)."""
+    if not pre_tokenizer:
+        return None
+    if pre_tokenizer.get("type") == "ByteLevel":
+        return pre_tokenizer
+    return next(filter(None, map(_byte_level, pre_tokenizer.get("pretokenizers") or [])), None)
+
+
+def _read_tokenizer_json(path: Path) -> ByteLevelBPE:
+    data = _read_json(path)
+    model = data.get("model") or {}
+    if model.get("type") != "BPE":
+        raise TokenizerError(f"{path}: a {model.get('type')} tokenizer; RoBERTa-family models use a byte-level BPE")
+    byte_level = _byte_level(data.get("pre_tokenizer"))
+    if byte_level is None:
+        raise TokenizerError(f"{path}: its BPE is not byte-level (no ByteLevel pre-tokenizer), unlike RoBERTa's")
+    if byte_level.get("add_prefix_space") or byte_level.get("use_regex") is False:
+        raise TokenizerError(
+            f"{path}: byte-level BPE with add_prefix_space or without GPT-2's split; prep encodes as RoBERTa does "
+            "(no prefix space, GPT-2's split)"
+        )
+    if data.get("normalizer"):
+        raise TokenizerError(f"{path}: normalizer {data['normalizer'].get('type')}; prep encodes text as it is")
+    vocab = dict(model.get("vocab") or {})
+    for added in data.get("added_tokens") or []:
+        vocab.setdefault(added["content"], added["id"])
+    return ByteLevelBPE(vocab, _merge_pairs(model.get("merges") or [], path), [path])
+
+
+def _read_vocab_merges(directory: Path) -> ByteLevelBPE:
+    vocab_path, merges_path = directory / VOCAB_JSON, directory / MERGES_TXT
+    vocab = _read_json(vocab_path)
+    if not isinstance(vocab, dict):
+        raise TokenizerError(f"{vocab_path}: not a JSON object of token -> id")
+    try:
+        lines = merges_path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise TokenizerError(f"{merges_path}: not UTF-8 ({err})") from None
+    merges = [line for line in lines if line.strip() and not line.startswith("#version")]
+    config = directory / "tokenizer_config.json"
+    if config.is_file() and _read_json(config).get("add_prefix_space"):
+        raise TokenizerError(f"{config}: add_prefix_space is true; prep encodes as RoBERTa does, without it")
+    return ByteLevelBPE(vocab, _merge_pairs(merges, merges_path), [vocab_path, merges_path])
+
+
+def read_tokenizer(directory: Path) -> ByteLevelBPE:
+    """The byte-level BPE of an HF directory: ``tokenizer.json``, else ``vocab.json`` +
+    ``merges.txt``; where both are there they must agree.
+
+    Raises:
+        TokenizerError: none of them, a file that is not a byte-level BPE, or two that disagree.
+    """
+    directory = Path(directory)
+    has_json = (directory / TOKENIZER_JSON).is_file()
+    has_pair = (directory / VOCAB_JSON).is_file() and (directory / MERGES_TXT).is_file()
+    if not has_json and not has_pair:
+        raise TokenizerError(
+            f"{directory}: no tokenizer ({TOKENIZER_JSON}, or {VOCAB_JSON} and {MERGES_TXT}); "
+            "give the model's tokenizer directory with --tokenizer"
+        )
+    tokenizer = _read_tokenizer_json(directory / TOKENIZER_JSON) if has_json else _read_vocab_merges(directory)
+    if has_json and has_pair:
+        pair = _read_vocab_merges(directory)
+        if (
+            pair.vocab != {t: i for t, i in tokenizer.vocab.items() if t in pair.vocab}
+            or pair.merges != tokenizer.merges
+        ):
+            raise TokenizerError(f"{tokenizer.where} and {pair.where} disagree; which is the model's tokenizer?")
+    return tokenizer
+
+
+def check_tokenizer(tokenizer: ByteLevelBPE, model_rows: int, mask: bool = True) -> None:
+    """The tokenizer's ids must be the model's: fairseq's specials first, ``<mask>`` last
+    (or, where ``mask`` is False, possibly absent: a BART trained for translation has no
+    row for it), as many ids as the model has embedding rows, no id twice.
+
+    Raises:
+        TokenizerError: naming the tokenizer file and what differs.
+    """
+    vocab, where = tokenizer.vocab, tokenizer.where
+    for index, symbol in enumerate(SPECIAL_SYMBOLS):
+        if vocab.get(symbol) != index:
+            raise TokenizerError(
+                f"{where}: {symbol} has id {vocab.get(symbol)}; RoBERTa-family models (and fairseq's dictionary) "
+                f"number {' '.join(SPECIAL_SYMBOLS)} 0 to {NUM_SPECIALS - 1}"
+            )
+    if tokenizer.size() != model_rows:
+        raise TokenizerError(
+            f"{where}: {tokenizer.size()} token ids but the model has {model_rows} embedding rows "
+            "(config.json vocab_size); is this the model's tokenizer?"
+        )
+    if vocab.get(MASK) != model_rows - 1 and (mask or MASK in vocab):
+        raise TokenizerError(f"{where}: {MASK} has id {vocab.get(MASK)}; RoBERTa-family models have it last")
+    if len(set(vocab.values())) != len(vocab):
+        raise TokenizerError(f"{where}: two tokens share an id")
+
+
+def gpt2_ids(tokenizer: ByteLevelBPE) -> dict[str, int]:
+    """Every piece (specials and ``<mask>`` aside) with its id in GPT-2's numbering: a byte
+    character its place in :func:`byte_characters`, a merge's result ``256 + rank`` (its
+    first merge), any other piece the next free ids, in model-id order."""
+    numbered = {c: i for i, c in enumerate(byte_characters())}
+    for rank, (left, right) in enumerate(tokenizer.merges):
+        numbered.setdefault(left + right, 256 + rank)
+    skipped = {*SPECIAL_SYMBOLS, MASK}
+    ids, next_free = {}, 256 + len(tokenizer.merges)
+    for piece, _ in sorted(tokenizer.vocab.items(), key=lambda item: item[1]):
+        if piece in skipped:
+            continue
+        if piece in numbered:
+            ids[piece] = numbered[piece]
+        else:
+            ids[piece], next_free = next_free, next_free + 1
+    return ids
+
+
+def dictionary_lines(tokenizer: ByteLevelBPE, model_rows: int) -> list[str]:
+    """The ``dict.txt`` lines that give the model's ids through :func:`gpt2_ids`: line ``r``
+    is the GPT-2 id of model id ``NUM_SPECIALS + r``, up to ``<mask>`` (which fairseq's
+    tasks append) or the last row where there is none. Ids no piece has (RoBERTa's three
+    padding rows) become ``madeupwordNNNN`` at the end, as in RoBERTa's own ``dict.txt``,
+    or an unused GPT-2 id before a piece."""
+    ids = gpt2_ids(tokenizer)
+    piece_of = {index: piece for piece, index in tokenizer.vocab.items() if piece in ids}
+    last_piece = max(piece_of)
+    unused = max(ids.values()) + 1
+    lines = []
+    for model_id in range(NUM_SPECIALS, model_rows - (MASK in tokenizer.vocab)):
+        if model_id in piece_of:
+            lines.append(f"{ids[piece_of[model_id]]} 0")
+        elif model_id > last_piece:
+            lines.append(f"madeupword{model_id - last_piece - 1:04d} 0")
+        else:
+            lines.append(f"{unused} 0")
+            unused += 1
+    return lines
+
+
+def write_bpe_files(tokenizer: ByteLevelBPE, out_dir: Path) -> list[Path]:
+    """``encoder.json`` and ``vocab.bpe`` (GPT-2's numbering) in ``out_dir``; the paths."""
+    out_dir = Path(out_dir)
+    encoder = dict(sorted(gpt2_ids(tokenizer).items(), key=lambda item: item[1]))
+    (out_dir / ENCODER_JSON).write_text(json.dumps(encoder, ensure_ascii=False), encoding="utf-8")
+    merges = "".join(f"{left} {right}\n" for left, right in tokenizer.merges)
+    (out_dir / VOCAB_BPE).write_text("#version: 0.2\n" + merges, encoding="utf-8")
+    return [out_dir / ENCODER_JSON, out_dir / VOCAB_BPE]
+
+
+def write_hf_tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
+    """Save an HF tokenizer for the model's ids into ``out_dir``: from an HF tokenizer
+    directory as it is, or from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through
+    fairseq's ``dict.txt`` (the mapping ``prep`` uses). Returns which it was.
+
+    Raises:
+        TokenizerError: ``dict.txt`` lacks pieces of the BPE, or ``source`` holds neither kind.
+    """
+    from transformers import AutoTokenizer, RobertaTokenizer
+
+    source, out_dir = Path(source), Path(out_dir)
+    if (source / ENCODER_JSON).is_file() and (source / VOCAB_BPE).is_file():
+        gpt2 = {int(i): tok for tok, i in _read_json(source / ENCODER_JSON).items()}
+        model_id = dictionary_lookup(dict_path, vocab_size(source / ENCODER_JSON))
+        # Every BPE piece needs its own id for the merges that pass through it, and the
+        # model has ids only for the dictionary's: a partial dictionary cannot be exported.
+        missing = [piece for i, piece in sorted(gpt2.items()) if model_id[i] == UNK]
+        if missing:
+            raise TokenizerError(
+                f"--dict: {dict_path} lacks {len(missing)} of the BPE's {len(gpt2)} pieces "
+                f"(e.g. {missing[0]!r}); an HF tokenizer needs them all (RoBERTa's dict.txt has them)"
+            )
+        vocab = {
+            **{symbol: index for index, symbol in enumerate(SPECIAL_SYMBOLS)},
+            **{piece: int(model_id[i]) for i, piece in gpt2.items()},
+            MASK: dictionary_size(dict_path),
+        }  # masked_lm adds <mask> after the dictionary
+        (out_dir / VOCAB_JSON).write_text(json.dumps(vocab, ensure_ascii=False))
+        shutil.copyfile(source / VOCAB_BPE, out_dir / MERGES_TXT)
+        RobertaTokenizer.from_pretrained(str(out_dir), local_files_only=True).save_pretrained(out_dir)
+        return "gpt2-bpe+dict.txt"
+    try:
+        AutoTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
+    except (OSError, ValueError) as err:
+        raise TokenizerError(
+            f"--tokenizer: {source} holds neither an HF tokenizer nor GPT-2's encoder.json "
+            f"and vocab.bpe ({str(err).splitlines()[0]})"
+        ) from None
+    return "hf"

@@ -1,0 +1,198 @@
+"""Model directories in HF transformers' layout, built with transformers and HF tokenizers
+themselves, as the hub serves them: for import-hf and the converters' HF sources.
+
+- :func:`english`: real English text on this machine (the project's docs, and the system's
+  licence texts where there are some);
+- :func:`train_tokenizer`: a RoBERTa-style byte-level BPE trained on it, saved by
+  transformers (``tokenizer.json``); fairseq's specials first, ``<mask>`` last;
+- :func:`save_model`: a transformers model, its weights moved well away from their
+  initialisation, saved in one of the hub's weight formats with one of its tokenizer layouts.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from helpers import ROOT
+
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
+
+
+def english() -> list[str]:
+    """Documents of real English prose: docs/*.md and README.md, and the licence texts."""
+    paths = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    licences = Path("/usr/share/common-licenses")
+    if licences.is_dir():
+        paths += sorted(p for p in licences.iterdir() if p.is_file())[:12]
+    return [p.read_text(encoding="utf-8", errors="ignore") for p in paths]
+
+
+def train_tokenizer(texts: list[str], out: Path, size: int = 600) -> Path:
+    """A RoBERTa-style tokenizer trained on ``texts``, saved by transformers into ``out``."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=size, min_frequency=2, special_tokens=SPECIALS, show_progress=False)
+    bpe.add_special_tokens(["<mask>"])  # last, as in RoBERTa
+    tokenizer = RobertaTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
+        unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+    )  # fmt: skip
+    tokenizer.save_pretrained(out)
+    return Path(out)
+
+
+def vocab_size(tokenizer_dir: Path) -> int:
+    data = json.loads((Path(tokenizer_dir) / "tokenizer.json").read_text())
+    return max([*data["model"]["vocab"].values(), *(t["id"] for t in data["added_tokens"])]) + 1
+
+
+def write_vocab_merges(tokenizer_dir: Path, out: Path) -> None:
+    """The older layout of the same tokenizer: ``vocab.json`` (every token, added ones too)
+    and ``merges.txt``, as roberta-base ships them."""
+    data = json.loads((Path(tokenizer_dir) / "tokenizer.json").read_text())
+    vocab = dict(data["model"]["vocab"])
+    for added in data["added_tokens"]:
+        vocab.setdefault(added["content"], added["id"])
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    (out / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges))
+
+
+def scaled(model, seed: int = 0):
+    """``model`` with every parameter moved by N(0, 0.5^2) noise, far from its initialisation
+    (zero biases and unit layer norms would hide a swapped or dropped tensor), in eval mode."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return model.eval()
+
+
+def save_model(model, tokenizer_dir: Path, out: Path, weights: str = "safetensors", tokenizer: str = "json") -> Path:
+    """Save ``model`` as the hub does.
+
+    Args:
+        weights: ``safetensors``, ``bin`` (pytorch_model.bin), or ``sharded-safetensors`` /
+            ``sharded-bin`` (shards of about 20 kB and their index).
+        tokenizer: ``json`` (tokenizer.json), ``pair`` (vocab.json + merges.txt) or ``both``.
+    """
+    out = Path(out)
+    sharded = weights.startswith("sharded")
+    model.save_pretrained(out, safe_serialization="safetensors" in weights, max_shard_size="20KB" if sharded else "5GB")
+    if "bin" in weights and (out / "model.safetensors").exists():  # transformers 5 writes safetensors only
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        _save_bin(state, out, sharded)
+    if tokenizer in ("json", "both"):
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(Path(tokenizer_dir) / name, out / name)
+    if tokenizer in ("pair", "both"):
+        write_vocab_merges(tokenizer_dir, out)
+    return out
+
+
+def _save_bin(state: dict, out: Path, sharded: bool) -> None:
+    """``pytorch_model.bin``, or its shards and index, in place of the safetensors files
+    (transformers 5 writes only safetensors; the hub still serves .bin checkpoints)."""
+    for path in out.glob("model*.safetensors*"):
+        path.unlink()
+    if not sharded:
+        torch.save(state, out / "pytorch_model.bin")
+        return
+    keys, weight_map = sorted(state), {}
+    for number, start in enumerate(range(0, len(keys), 8), 1):
+        name = f"pytorch_model-{number:05d}.bin"
+        torch.save({k: state[k] for k in keys[start : start + 8]}, out / name)
+        weight_map.update({k: name for k in keys[start : start + 8]})
+    (out / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+# ---------------------------------------------------------------- a fairseq release in HF's layout
+
+
+def hf_vocab(encoder_json: Path, dict_txt: Path, mask: bool) -> dict:
+    """HF's vocab.json of a fairseq model: a piece's id is its GPT-2 id's line in dict.txt
+    plus the four specials, ``<mask>`` last (how roberta-base's vocab.json was made)."""
+    gpt2 = json.loads(Path(encoder_json).read_text())
+    row = {int(line.split()[0]): n for n, line in enumerate(Path(dict_txt).read_text().splitlines())}
+    vocab = {s: i for i, s in enumerate(SPECIALS)} | {piece: 4 + row[i] for piece, i in gpt2.items() if i in row}
+    if mask:
+        vocab["<mask>"] = 4 + len(row)
+    return vocab
+
+
+def roberta_as_hf(release: Path, bpe: Path, out: Path):
+    """A fairseq RoBERTa release (model.pt, dict.txt; GPT-2-style files in ``bpe``) as
+    transformers' RobertaForMaskedLM in ``out``, with vocab.json and merges.txt: what the
+    hub serves as roberta-base. Returns the HF model."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    state = torch.load(release / "model.pt", map_location="cpu", weights_only=False)["model"]
+    fs, hf = "encoder.sentence_encoder.", "roberta."
+    tokens, positions = state[fs + "embed_tokens.weight"], state[fs + "embed_positions.weight"]
+    layers = 1 + max(int(k.split(".")[3]) for k in state if k.startswith(fs + "layers."))
+    config = RobertaConfig(
+        vocab_size=tokens.shape[0], hidden_size=tokens.shape[1], num_hidden_layers=layers,
+        num_attention_heads=4, intermediate_size=state[fs + "layers.0.fc1.weight"].shape[0],
+        max_position_embeddings=positions.shape[0], type_vocab_size=1, layer_norm_eps=1e-5,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    weights = {
+        hf + "embeddings.word_embeddings.weight": tokens,
+        hf + "embeddings.position_embeddings.weight": positions,
+        hf + "embeddings.token_type_embeddings.weight": torch.zeros(1, tokens.shape[1]),
+        "lm_head.decoder.weight": tokens,
+        "lm_head.decoder.bias": state["encoder.lm_head.bias"],
+    }
+    for p in ("weight", "bias"):
+        weights[f"{hf}embeddings.LayerNorm.{p}"] = state[f"{fs}layernorm_embedding.{p}"]
+        for name in ("dense", "layer_norm", "bias"):
+            key = f"encoder.lm_head.{name}" + ("" if name == "bias" else f".{p}")
+            weights[key.replace("encoder.", "")] = state[key]
+        for i in range(layers):
+            for ours, theirs in (("self_attn.q_proj", "attention.self.query"), ("self_attn.k_proj", "attention.self.key"),
+                                 ("self_attn.v_proj", "attention.self.value"),
+                                 ("self_attn.out_proj", "attention.output.dense"),
+                                 ("self_attn_layer_norm", "attention.output.LayerNorm"), ("fc1", "intermediate.dense"),
+                                 ("fc2", "output.dense"), ("final_layer_norm", "output.LayerNorm")):  # fmt: skip
+                weights[f"{hf}encoder.layer.{i}.{theirs}.{p}"] = state[f"{fs}layers.{i}.{ours}.{p}"]
+    model = RobertaForMaskedLM(config).eval()
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    assert not unexpected and all("position_ids" in k for k in missing), (missing, unexpected)
+    model.save_pretrained(out)
+    (out / "vocab.json").write_text(json.dumps(hf_vocab(bpe / "encoder.json", release / "dict.txt", mask=True)))
+    shutil.copyfile(bpe / "vocab.bpe", out / "merges.txt")
+    return model
+
+
+def bart_as_hf(release: Path, bpe: Path, out: Path):
+    """A fairseq BART (model.pt, dict.txt, trained for translation: no <mask> row) as
+    transformers' BartForConditionalGeneration in ``out``, with vocab.json and merges.txt.
+    Returns the HF model."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    state = torch.load(release / "model.pt", map_location="cpu", weights_only=False)["model"]
+    tokens = state["encoder.embed_tokens.weight"]
+    count = lambda side: 1 + max(int(k.split(".")[2]) for k in state if k.startswith(f"{side}.layers."))  # noqa: E731
+    config = BartConfig(
+        vocab_size=tokens.shape[0], d_model=tokens.shape[1], encoder_layers=count("encoder"),
+        decoder_layers=count("decoder"), encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=state["encoder.layers.0.fc1.weight"].shape[0],
+        decoder_ffn_dim=state["decoder.layers.0.fc1.weight"].shape[0],
+        max_position_embeddings=state["encoder.embed_positions.weight"].shape[0] - 2, dropout=0.0,
+        scale_embedding=False, forced_eos_token_id=None,
+    )  # fmt: skip
+    weights = {"model.shared.weight": tokens, "lm_head.weight": tokens, "final_logits_bias": torch.zeros(1, len(tokens))}
+    for key, value in state.items():  # BART's names are fairseq's under "model."
+        if key.endswith((".version", "embed_tokens.weight", "output_projection.weight")):
+            continue
+        weights["model." + key] = value
+    model = BartForConditionalGeneration(config).eval()
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    assert not unexpected and all("embed_tokens" in k for k in missing), (missing, unexpected)
+    model.save_pretrained(out)
+    (out / "vocab.json").write_text(json.dumps(hf_vocab(bpe / "encoder.json", release / "dict.txt", mask=False)))
+    shutil.copyfile(bpe / "vocab.bpe", out / "merges.txt")
+    return model
