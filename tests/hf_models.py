@@ -152,7 +152,8 @@ def roberta_as_hf(release: Path, bpe: Path, out: Path):
             key = f"encoder.lm_head.{name}" + ("" if name == "bias" else f".{p}")
             weights[key.replace("encoder.", "")] = state[key]
         for i in range(layers):
-            for ours, theirs in (("self_attn.q_proj", "attention.self.query"), ("self_attn.k_proj", "attention.self.key"),
+            for ours, theirs in (("self_attn.q_proj", "attention.self.query"),
+                                 ("self_attn.k_proj", "attention.self.key"),
                                  ("self_attn.v_proj", "attention.self.value"),
                                  ("self_attn.out_proj", "attention.output.dense"),
                                  ("self_attn_layer_norm", "attention.output.LayerNorm"), ("fc1", "intermediate.dense"),
@@ -184,7 +185,8 @@ def bart_as_hf(release: Path, bpe: Path, out: Path):
         max_position_embeddings=state["encoder.embed_positions.weight"].shape[0] - 2, dropout=0.0,
         scale_embedding=False, forced_eos_token_id=None,
     )  # fmt: skip
-    weights = {"model.shared.weight": tokens, "lm_head.weight": tokens, "final_logits_bias": torch.zeros(1, len(tokens))}
+    weights = {"model.shared.weight": tokens, "lm_head.weight": tokens}
+    weights["final_logits_bias"] = torch.zeros(1, len(tokens))
     for key, value in state.items():  # BART's names are fairseq's under "model."
         if key.endswith((".version", "embed_tokens.weight", "output_projection.weight")):
             continue

@@ -31,9 +31,9 @@ def longformer_config(tokenizer, **extra):
     """A 2-layer Longformer with per-layer windows over ``tokenizer``'s vocabulary."""
     from transformers import LongformerConfig
 
-    settings = dict(vocab_size=extra.pop("vocab_size", None) or vocab_size(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, attention_window=[4, 8], max_position_embeddings=66, layer_norm_eps=1e-5,
-                    type_vocab_size=1, hidden_act="gelu")  # fmt: skip
+    settings = dict(vocab_size=extra.pop("vocab_size", None) or vocab_size(tokenizer), hidden_size=32,
+                    num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, attention_window=[4, 8],
+                    max_position_embeddings=66, layer_norm_eps=1e-5, type_vocab_size=1, hidden_act="gelu")  # fmt: skip
     return LongformerConfig(**(settings | extra))
 
 
@@ -43,7 +43,8 @@ def led_config(tokenizer, **extra):
 
     settings = dict(vocab_size=vocab_size(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                    attention_window=[4, 8], max_encoder_position_embeddings=80, max_decoder_position_embeddings=24)  # fmt: skip
+                    attention_window=[4, 8], max_encoder_position_embeddings=80,
+                    max_decoder_position_embeddings=24)  # fmt: skip
     return LEDConfig(**(settings | extra))
 
 
@@ -249,7 +250,8 @@ def test_prep_with_the_imported_tokenizer_gives_hf_ids_on_english_text(tokenizer
 
     from data_prep.subword import SubwordSpec
 
-    save_model(scaled(LongformerForMaskedLM(longformer_config(tokenizer))), tokenizer, tmp_path / "hf", tokenizer="pair")
+    model = scaled(LongformerForMaskedLM(longformer_config(tokenizer)))
+    save_model(model, tokenizer, tmp_path / "hf", tokenizer="pair")
     ok("import-hf", tmp_path / "hf", "--out", tmp_path / "out")
     out = tmp_path / "out"
     ours = SubwordSpec.gpt2(out / "encoder.json", out / "vocab.bpe", out / "dict.txt").load()
@@ -350,14 +352,15 @@ def test_bad_input_is_one_line_naming_the_file_and_out_is_left_as_it_was(tokeniz
 
     def edit_config(**values):
         return lambda d: (d / "config.json").write_text(
-            json.dumps(json.loads((d / "config.json").read_text()) | values))
+            json.dumps(json.loads((d / "config.json").read_text()) | values)
+        )
 
     bigger = variant("vocab", edit_config(vocab_size=vocab_size(tokenizer) + 1))
     assert "tokenizer.json: " in refused(bigger) and "embedding rows" in refused(bigger)
     assert "layer_norm_eps = 1e-12" in refused(variant("eps", edit_config(layer_norm_eps=1e-12)))
     assert "attention_window = [4, 7]" in refused(variant("odd", edit_config(attention_window=[4, 7])))
     assert "pad_token_id = 0" in refused(variant("pad", edit_config(pad_token_id=0)))
-    assert "hidden_act = \"quick_gelu\"" in refused(variant("act", edit_config(hidden_act="quick_gelu")))
+    assert 'hidden_act = "quick_gelu"' in refused(variant("act", edit_config(hidden_act="quick_gelu")))
 
     other = save_model(scaled(LongformerForMaskedLM(longformer_config(tokenizer)), seed=7), tokenizer, tmp_path / "o")
     assert "already holds an import of" in refused(other) and "--force" in refused(other)

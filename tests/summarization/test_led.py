@@ -375,7 +375,8 @@ def test_bad_input_gives_clear_errors(bart, data, tmp_path):
 LED_NETWORK = ("_name", "encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_embed_dim",
                "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
                "activation_fn", "max_source_positions", "max_target_positions", "attention_window",
-               "share_all_embeddings", "no_scale_embedding", "layernorm_embedding", "encoder_normalize_before")  # fmt: skip
+               "share_all_embeddings", "no_scale_embedding", "layernorm_embedding",
+               "encoder_normalize_before")  # fmt: skip
 
 
 def test_convert_bart_from_hf_layout_equals_the_fairseq_release(bart, data, tmp_path):
