@@ -45,14 +45,18 @@
 #                         torchrun through longformer_fs.launch (fairseq's DDP; gloo on CPU)
 #   TORCHRUN_ARGS=...     more torchrun options, e.g. for several nodes:
 #                         TORCHRUN_ARGS="--nnodes 4 --node-rank 0 --rdzv-endpoint host:29500"
-#   ROBERTA=dir           a fairseq RoBERTa (model.pt + dict.txt) for mlm-base / mlm-large
+#   ROBERTA=dir           a RoBERTa for mlm-base / mlm-large: fairseq's (model.pt + dict.txt) or HF's
+#                         (config.json, weights, vocab.json + merges.txt)
 #   MLM_SAVE=checkpoints/mlm   MLM runs go to MLM_SAVE/<size>_4096 (converted model in converted/)
-#   BART=dir              a fairseq BART (model.pt + dict.txt) for summarize-arxiv
-#   GPT2=dir              GPT-2's encoder.json and vocab.bpe (to turn summaries into text)
+#   BART=dir              a BART (fairseq's or HF's layout) or an LED from longformer-fs import-hf,
+#                         for summarize-arxiv
+#   GPT2=dir              GPT-2's encoder.json and vocab.bpe (to turn summaries into text; an import-hf
+#                         or HF-layout convert-bart output directory has them)
 #   SUM_SAVE=checkpoints/summarization   LED runs go to SUM_SAVE/<size>_16k
 #   CONVERT_ARGS=...      convert-bart options (default: 16384 source positions, window 512)
-#   MODEL=path/model.pt   a longformer_roberta checkpoint to fine-tune (its dict.txt, when one is
-#                         beside it, must be DATA's)
+#   MODEL=path/model.pt   a longformer_roberta checkpoint to fine-tune (from import-hf, convert-roberta or
+#                         an MLM run; its dict.txt, when one is beside it, must be DATA's); the recipe
+#                         takes its architecture, sizes, window and positions
 #   FT_SAVE=checkpoints/finetune   fine-tuning runs go to FT_SAVE/<task>[/seedK]
 #   SEEDS=1               fine-tuning runs with seeds 1..SEEDS (the paper: 5 for Hyperpartisan)
 #   SUMMARIZE_ARGS=...    generation options, default "--min-len 100 --max-len 512" (beam 4,
@@ -154,7 +158,8 @@ mlm-$(1): $(STAMP)
 		"build one with longformer-fs prep docs"; exit 2; }
 	@conv=$(MLM_SAVE)/$(1)_4096/converted; \
 	if [ ! -f $$$$conv/model.pt ]; then \
-		test -n "$(ROBERTA)" || { echo "error: set ROBERTA=dir holding a fairseq RoBERTa-$(1) model.pt and dict.txt"; exit 2; }; \
+		test -n "$(ROBERTA)" || { echo "error: set ROBERTA=dir holding a RoBERTa-$(1) (fairseq or HF layout)"; \
+			exit 2; }; \
 		$(VENV)/bin/longformer-fs convert-roberta $(ROBERTA) --out $$$$conv || exit $$$$?; fi; \
 	cmp -s $(DATA)/dict.txt $$$$conv/dict.txt || { echo "error: $(DATA)/dict.txt differs from the model's" \
 		"$$$$conv/dict.txt; binarize the corpus with RoBERTa's dictionary"; exit 2; }
@@ -177,7 +182,8 @@ summarize-arxiv: $(STAMP)
 		"encoder.json and vocab.bpe (to turn the summaries into text)"; exit 2; }
 	@conv=$(SUM_SAVE)/$(LED_SIZE)_16k/converted; \
 	if [ ! -f $$conv/model.pt ]; then \
-		test -n "$(BART)" || { echo "error: set BART=dir holding a fairseq BART-$(LED_SIZE) model.pt and dict.txt"; exit 2; }; \
+		test -n "$(BART)" || { echo "error: set BART=dir holding a BART-$(LED_SIZE) (fairseq or HF layout)" \
+			"or an imported LED"; exit 2; }; \
 		$(VENV)/bin/longformer-fs convert-bart $(BART) --out $$conv $(CONVERT_ARGS) || exit $$?; fi; \
 	cmp -s $(DATA)/dict.source.txt $$conv/dict.txt || { echo "error: $(DATA)/dict.source.txt differs from the" \
 		"model's $$conv/dict.txt; prepare the data with BART's dictionary"; exit 2; }
@@ -200,7 +206,7 @@ FINETUNE_TASKS := imdb hyperpartisan triviaqa wikihop hotpotqa coref
 define finetune_run
 finetune-$(1): $(STAMP)
 	@test -n "$(MODEL)" || { echo "error: set MODEL=path/model.pt, a longformer_roberta checkpoint" \
-		"(from longformer-fs convert-roberta or an MLM run)"; exit 2; }
+		"(from longformer-fs import-hf, convert-roberta or an MLM run)"; exit 2; }
 	@overrides=$$$$($(PY) -m longformer_fs.recipes finetune-overrides $(1) $(DATA) --nproc $(NPROC) --model $(MODEL)) \
 		|| exit 2; \
 	for seed in $$$$(seq 1 $(SEEDS)); do \

@@ -94,6 +94,10 @@ COMMANDS = {
         "longformer_fs.benchmarks.scale",
         "training steps/s of longformer_lm_small with 1 and 2 fairseq-train processes (DDP)",
     ),
+    "bench import-hf": (
+        "longformer_fs.benchmarks.import_hf",
+        "seconds and peak memory of import-hf on a longformer-base-4096-shaped directory",
+    ),
     "bench prep-docs": (
         "longformer_fs.benchmarks.prep_docs",
         "end-to-end MB/s of prep docs on a generated corpus, per worker count",

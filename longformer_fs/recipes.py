@@ -110,6 +110,12 @@ _NEW_TOKENS = {"wikihop": ",".join(WIKIHOP_SYMBOLS), "hotpotqa": ",".join(HOTPOT
 _WARMUP_FRACTION = {"imdb": 0.1, "hyperpartisan": 0.1, "coref": 0.1}
 PAPER_BATCH = 32
 _PAPER_BATCH = {"coref": 1}
+# What a fine-tuning run takes from the checkpoint it starts from rather than from the
+# recipe (written for Longformer-base): the settings that shape the weights or what they
+# compute. So a large, a longer or an imported model fine-tunes with the same command.
+MODEL_SETTINGS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
+                  "activation_fn", "max_positions", "attention_window", "attention_dilation", "causal_attention",
+                  "encoder_normalize_before", "layernorm_embedding", "untie_weights_roberta")  # fmt: skip
 
 
 class RecipeError(ValueError):
@@ -151,8 +157,10 @@ def finetune_overrides(name: str, data: Path, nproc: int = 1, model: Path | None
     items = manifest.get("splits", {}).get("train", {}).get(counted)
     if not items:
         raise RecipeError(f"DATA={data} has no train split; prepare one with `longformer-fs prep {kind} --train ...`")
+    shape = []
     if model is not None:
         _check_dictionary(Path(model), data / dict_path, name)
+        shape = model_overrides(Path(model))
 
     recipe = OmegaConf.load(finetune_dir() / f"{name}.yaml")
     batch_size = int(recipe.dataset.batch_size)
@@ -173,7 +181,48 @@ def finetune_overrides(name: str, data: Path, nproc: int = 1, model: Path | None
         f"optimization.max_update={total}",
         f"lr_scheduler.total_num_update={total}",
         f"lr_scheduler.warmup_updates={warmup}",
+        *shape,
     ]
+
+
+def _hydra_value(value) -> str:
+    """``value`` as a Hydra override writes it; strings quoted, so ``'2,4'`` is not a sweep
+    and ``'256'`` stays the string the model's argparse-style settings expect."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return "'" + value.replace("'", "\\'") + "'"
+    return str(value)
+
+
+def model_overrides(model: Path) -> list[str]:
+    """Hydra overrides that set a fine-tuning recipe's model to ``model``'s own: its
+    architecture, each of :data:`MODEL_SETTINGS` it records (``++``: a recipe names only
+    some), and the task's ``max_positions``, the longest input the model takes.
+
+    Raises:
+        RecipeError: not a ``longformer_roberta`` checkpoint.
+    """
+    import torch
+
+    from .models.checkpoints import config_get, model_config, model_name
+
+    state = torch.load(model, map_location="cpu", weights_only=False, mmap=True)
+    cfg = model_config(state) or {}
+    name = str(model_name(cfg))
+    if not name.startswith("longformer_roberta"):
+        raise RecipeError(
+            f"MODEL={model} is a {name!r} checkpoint; the fine-tuning recipes take a longformer_roberta one "
+            "(from longformer-fs convert-roberta, import-hf or an MLM run)"
+        )
+    overrides = [f"model._name={name}"]
+    for key in MODEL_SETTINGS:
+        value = config_get(cfg, key)
+        if value is not None:
+            overrides.append(f"++model.{key}={_hydra_value(value)}")
+    if config_get(cfg, "max_positions") is not None:
+        overrides.append(f"task.max_positions={config_get(cfg, 'max_positions')}")
+    return overrides
 
 
 def _check_dictionary(model: Path, data_dict: Path, name: str) -> None:

@@ -226,3 +226,18 @@ def finetune_command(data, save, *args, updates: int, lr: str = "1e-3", batch_si
             "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
             "--max-update", str(updates), "--save-dir", save, "--validate-interval-updates", str(updates),
             "--batch-size", str(batch_size), "--no-last-checkpoints", *args]  # fmt: skip
+
+
+def compose_recipe(config_dir: Path, name: str, overrides=(), return_hydra_config: bool = True):
+    """A Hydra config as fairseq-hydra-train composes it, without changing this process:
+    Hydra's version base is process-wide, and once it is above 1.1 fairseq's own config
+    conversion (``convert_namespace_to_omegaconf``, on the older Hydra API) raises."""
+    from hydra import compose, initialize_config_dir
+    from hydra.version import VersionBase
+
+    saved = VersionBase.instance().version_base
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            return compose(config_name=name, overrides=list(overrides), return_hydra_config=return_hydra_config)
+    finally:
+        VersionBase.instance().version_base = saved

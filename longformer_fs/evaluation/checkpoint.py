@@ -8,6 +8,7 @@ from typing import Iterator
 
 import torch
 from fairseq import checkpoint_utils, utils
+from fairseq.dataclass.utils import overwrite_args_by_name
 from tqdm import tqdm
 
 
@@ -37,6 +38,10 @@ def load_model(
     arg_overrides = dict(overrides or {})
     if data is not None:
         arg_overrides["data"] = str(data)
+    if state is not None and state.get("cfg") is not None:
+        # fairseq applies arg_overrides only to a checkpoint it reads itself, and the task
+        # would look for its dictionaries where the model was trained (or imported).
+        overwrite_args_by_name(state["cfg"], arg_overrides)
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides=arg_overrides, state=state
     )

@@ -4,7 +4,7 @@ import os
 
 import pytest
 import torch
-from helpers import ROOT, free_port, make
+from helpers import ROOT, compose_recipe, free_port, make
 
 RECIPES = ROOT / "recipes" / "char_lm"
 
@@ -22,11 +22,7 @@ PAPER = {
 
 
 def compose(name, overrides=()):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
-        return hydra_compose(config_name=name, overrides=["task.data=/data", *overrides], return_hydra_config=True)
+    return compose_recipe(RECIPES, name, ["task.data=/data", *overrides])
 
 
 @pytest.mark.parametrize("size", ["small", "large"])
@@ -91,11 +87,7 @@ def test_an_old_hydra_config_and_old_overrides_still_build(tmp_path, caplog):
         "  decoder_ffn_embed_dim: 32\n  decoder_attention_heads: 4\n"
         '  attention_windows: "8:32"\n  attention_dilations: "1,2"\n'
     )
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
-        cfg = hydra_compose(config_name="old", overrides=["model.attention_windows=4:16"])
+    cfg = compose_recipe(tmp_path, "old", ["model.attention_windows=4:16"], return_hydra_config=False)
     with caplog.at_level("WARNING"):
         shape = build_lm(cfg.model)
     assert shape.windows == (4, 16) and shape.dilations == ((1, 1, 1, 1), (1, 1, 2, 2))

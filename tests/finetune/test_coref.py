@@ -317,8 +317,8 @@ def test_export_hf_refuses_a_coref_checkpoint_in_one_line(work, models, tmp_path
 
 SMALL = ["common.fp16=false", "common.cpu=true", "dataset.num_workers=0", "model.max_positions=2048",
          "task.max_positions=2048", "model.attention_window='32'", "model.dropout=0", "model.attention_dropout=0",
-         "+model.encoder_layers=2", "+model.encoder_embed_dim=64", "+model.encoder_ffn_embed_dim=128",
-         "+model.encoder_attention_heads=4", "task.max_span_width=1", "task.top_span_ratio=0.05",
+         "++model.encoder_layers=2", "++model.encoder_embed_dim=64", "++model.encoder_ffn_embed_dim=128",
+         "++model.encoder_attention_heads=4", "task.max_span_width=1", "task.top_span_ratio=0.05",
          "task.max_top_antecedents=8", "task.ffnn_size=64", "task.feature_size=8", "common.log_format=simple",
          "common.log_interval=1"]  # fmt: skip
 

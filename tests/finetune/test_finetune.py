@@ -23,7 +23,16 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, finetune_command, last_logged, ok, pretrain_roberta, print_results, run_side_by_side
+from helpers import (
+    ROOT,
+    compose_recipe,
+    finetune_command,
+    last_logged,
+    ok,
+    pretrain_roberta,
+    print_results,
+    run_side_by_side,
+)
 from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
@@ -433,10 +442,7 @@ PAPER_TRAIN_ITEMS = {"imdb": 25_000, "hyperpartisan": 528, "triviaqa": 61_888, "
 
 @pytest.mark.parametrize("name", list(PAPER))
 def test_finetune_recipes_hold_the_papers_values(name):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "recipes" / "finetune"), version_base=None):
-        cfg = compose(config_name=name, overrides=["task.data=/data"], return_hydra_config=True)
+    cfg = compose_recipe(ROOT / "recipes" / "finetune", name, ["task.data=/data"])
     epochs, warmup, metric = PAPER[name]
     steps = epochs * -(-PAPER_TRAIN_ITEMS[name] // 32)
     assert cfg.optimization.lr == [pytest.approx(3e-5)]
@@ -463,8 +469,8 @@ def test_finetune_recipes_hold_the_papers_values(name):
 TINY_FT = ["common.fp16=false", "common.cpu=true", "dataset.num_workers=0", "dataset.batch_size=16",
            "optimization.update_freq=[1]", "optimization.lr=[1e-3]", "model.max_positions=2048",
            "task.max_positions=2048", "model.attention_window='32'", "model.dropout=0", "model.attention_dropout=0",
-           "+model.encoder_layers=2", "+model.encoder_embed_dim=64", "+model.encoder_ffn_embed_dim=128",
-           "+model.encoder_attention_heads=4", "common.log_format=simple", "common.log_interval=5"]  # fmt: skip
+           "++model.encoder_layers=2", "++model.encoder_embed_dim=64", "++model.encoder_ffn_embed_dim=128",
+           "++model.encoder_attention_heads=4", "common.log_format=simple", "common.log_interval=5"]  # fmt: skip
 
 
 def make(target, *variables):

@@ -18,7 +18,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, fails, finetune_command, ok, pretrain_roberta, print_results, run_side_by_side
+from helpers import ROOT, compose_recipe, fails, finetune_command, ok, pretrain_roberta, print_results, run_side_by_side
 from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
@@ -33,8 +33,8 @@ TASK = ["--task", "longformer_hotpotqa", "--criterion", "longformer_hotpotqa", "
 TINY_FT = ["common.fp16=false", "common.cpu=true", "dataset.num_workers=0", "dataset.batch_size=8",
            "optimization.update_freq=[1]", "optimization.lr=[1e-3]", "model.max_positions=2048",
            "task.max_positions=2048", "model.attention_window='32'", "model.dropout=0", "model.attention_dropout=0",
-           "+model.encoder_layers=2", "+model.encoder_embed_dim=64", "+model.encoder_ffn_embed_dim=128",
-           "+model.encoder_attention_heads=4", "common.log_format=simple", "common.log_interval=5",
+           "++model.encoder_layers=2", "++model.encoder_embed_dim=64", "++model.encoder_ffn_embed_dim=128",
+           "++model.encoder_attention_heads=4", "common.log_format=simple", "common.log_interval=5",
            "dataset.validate_interval_updates=0", "checkpoint.save_interval_updates=0"]  # fmt: skip
 
 
@@ -274,10 +274,7 @@ PAPER_TRAIN_QUESTIONS = 90_447  # HotpotQA's train split
 def test_recipes_hold_the_papers_values(name):
     """Appendix B, written out here: Adam (0.9, 0.98), LR 3e-5, batch 32, 6 epochs, 1,000
     warmup steps then linear decay, 4,096 positions, w = 256, fp16."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "recipes" / "finetune"), version_base=None):
-        cfg = compose(config_name=name, overrides=["task.data=/data"], return_hydra_config=True)
+    cfg = compose_recipe(ROOT / "recipes" / "finetune", name, ["task.data=/data"])
     steps = 6 * -(-PAPER_TRAIN_QUESTIONS // 32)
     assert cfg.optimization.lr == [pytest.approx(3e-5)] and cfg.optimization.max_epoch == 6
     assert cfg.dataset.batch_size * cfg.optimization.update_freq[0] == 32
