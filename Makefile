@@ -102,6 +102,9 @@ else
 HYDRA_TRAIN = $(VENV)/bin/torchrun --nproc_per_node $(NPROC) $(TORCHRUN_ARGS) -m longformer_fs.launch fairseq-hydra-train
 endif
 
+# The fine-tuning recipes: the keys of longformer_fs/recipes.py's FINETUNE table.
+FINETUNE_TASKS := $(shell sed -n 's/^    "\([a-z_]*\)": FinetuneRecipe.*/\1/p' longformer_fs/recipes.py)
+
 SIZE ?= small
 DATA ?= data-bin
 SAVE ?= checkpoints/char_lm
@@ -194,15 +197,13 @@ summarize-arxiv: $(STAMP)
 		--encoder-json $(GPT2)/encoder.json --vocab-bpe $(GPT2)/vocab.bpe \
 		--out $(SUM_SAVE)/$(LED_SIZE)_16k/test_summaries.jsonl $(SUMMARIZE_ARGS)
 
-# Fine-tuning (paper §6): $(1) is a recipe in recipes/finetune/, $(2) the metric fairseq
-# validates to report, or (when $(2) is empty) $(3) the longformer-fs command that scores
-# each run's best checkpoint on DATA (eval-qa, ...). The schedule is fitted to DATA's size
-# by longformer_fs.recipes.
-# With SEEDS=n, run n seeds into FT_SAVE/$(1)/seedK and print the metric's mean and spread.
+# Fine-tuning (paper §6): $(1) is a recipe in recipes/finetune/. longformer_fs.recipes fits
+# its schedule to DATA's size and its model settings to MODEL, and reports the runs: the
+# best dev metric (with SEEDS=n, n seeds into FT_SAVE/$(1)/seedK, and its mean and spread),
+# or the task's own evaluation of each run's best checkpoint (eval-qa, ...).
 MODEL ?=
 FT_SAVE ?= checkpoints/finetune
 SEEDS ?= 1
-FINETUNE_TASKS := imdb hyperpartisan triviaqa wikihop hotpotqa coref
 define finetune_run
 finetune-$(1): $(STAMP)
 	@test -n "$(MODEL)" || { echo "error: set MODEL=path/model.pt, a longformer_roberta checkpoint" \
@@ -217,15 +218,9 @@ finetune-$(1): $(STAMP)
 			$$$$overrides $(HYDRA_ARGS) || exit $$$$?; \
 		best="$$$$best $$$$save/checkpoint_best.pt"; \
 	done; \
-	if [ -n "$(2)" ]; then $(PY) -m longformer_fs.recipes seed-summary $(2) $$$$best; \
-	else for ckpt in $$$$best; do $(VENV)/bin/longformer-fs $(3) $$$$ckpt --data $(DATA) || exit $$$$?; done; fi
+	$(PY) -m longformer_fs.recipes report $(1) $(DATA) $$$$best
 endef
-$(eval $(call finetune_run,imdb,accuracy))
-$(eval $(call finetune_run,hyperpartisan,f1))
-$(eval $(call finetune_run,triviaqa,,eval-qa))
-$(eval $(call finetune_run,wikihop,accuracy))
-$(eval $(call finetune_run,hotpotqa,,eval-hotpotqa))
-$(eval $(call finetune_run,coref,,eval-coref))
+$(foreach t,$(FINETUNE_TASKS),$(eval $(call finetune_run,$(t))))
 
 # HotpotQA's two-stage variant (paper §6.1): stage 1 trains the evidence scorers
 # (hotpotqa_evidence.yaml) on DATA; its --evidence-paragraphs best paragraphs of every train

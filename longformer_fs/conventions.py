@@ -5,6 +5,8 @@ comes out; neither imports the other (``docs/design.md``, "Layout"). What both m
 agree on lives here, and only that: a change here changes both sides at once.
 
 - fairseq's special symbols and their ids (:data:`BOS` ... :data:`NUM_SPECIALS`);
+- the manifest a preparation leaves (:data:`MANIFEST`) and the kinds it records
+  (:class:`PrepKind`);
 - how GPT-2 BPE ids become model ids through RoBERTa's ``dict.txt``
   (:func:`dictionary_lookup`);
 - the marker symbols a task adds to the dictionary (:data:`WIKIHOP_SYMBOLS`), the
@@ -84,6 +86,25 @@ def vocab_size(encoder_json: Path) -> int:
 def dictionary_size(dict_txt: Path) -> int:
     """Rows a model's embedding needs for ``dict_txt``: fairseq's specials + its lines."""
     return NUM_SPECIALS + sum(1 for _ in Path(dict_txt).open(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- prepared directories
+
+# Every finished ``longformer-fs prep`` run leaves this manifest in its output directory; it
+# records the kind of preparation, which the recipes and evaluations check before reading.
+MANIFEST = "prep.json"
+
+
+class PrepKind:
+    """The ``kind`` a manifest records: the ``prep`` subcommand that wrote the directory."""
+
+    DOCS = "docs"
+    SUMMARIZATION = "summarization"
+    CLASSIFICATION = "classification"
+    QA = "qa"
+    WIKIHOP = "wikihop"
+    HOTPOTQA = "hotpotqa"
+    COREF = "coref"
 
 
 # ---------------------------------------------------------------- task symbols

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from .conventions import HOTPOTQA_SYMBOLS, WIKIHOP_SYMBOLS
+from .conventions import HOTPOTQA_SYMBOLS, MANIFEST, WIKIHOP_SYMBOLS, PrepKind
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 CHAR_LM_SIZES = ("small", "large")
@@ -91,25 +91,45 @@ def phase_settings(size: str, phase: int) -> CharLMPhase:
 
 # ---------------------------------------------------------------- fine-tuning
 
-FINETUNE_TASKS = ("imdb", "hyperpartisan", "triviaqa", "wikihop", "hotpotqa", "coref")
-# What `prep` kind each recipe reads, where its dictionary sits, and what it counts as one
-# training item (one item = one sequence of the paper's batch of 32).
-_FINETUNE_DATA = {
-    "imdb": ("classification", "input0/dict.txt", "documents"),
-    "hyperpartisan": ("classification", "input0/dict.txt", "documents"),
-    "triviaqa": ("qa", "dict.txt", "windows"),
-    "wikihop": ("wikihop", "dict.txt", "examples"),
-    "hotpotqa": ("hotpotqa", "dict.txt", "examples"),
-    "coref": ("coref", "dict.txt", "documents"),
+
+@dataclass(frozen=True)
+class FinetuneRecipe:
+    """One row of the fine-tuning table: ``recipes/finetune/{name}.yaml`` and what runs around it.
+
+    Attributes:
+        prep: the ``longformer-fs prep`` kind its data comes from (the manifest's ``kind``).
+        dictionary: where that data keeps the model's ``dict.txt``.
+        counted: what the manifest counts as one training item (one sequence of the batch).
+        warmup_fraction: warmup as a share of the updates (Appendix B), or None for the
+            recipe's fixed warmup (Table 13).
+        batch: the paper's batch, in items.
+        new_tokens: symbols the data adds to the dictionary, which the model must have.
+        metric: the dev metric fairseq validates, summarised over seeds; or, when None,
+        evaluate: the ``longformer-fs`` command that scores each run's best checkpoint.
+    """
+
+    prep: str
+    dictionary: str
+    counted: str
+    warmup_fraction: float | None = None
+    batch: int = 32
+    new_tokens: tuple[str, ...] = ()
+    metric: str | None = None
+    evaluate: str | None = None
+
+
+# Coreference follows Joshi et al.'s implementation: 10% warmup, one document per update.
+FINETUNE = {
+    "imdb": FinetuneRecipe(PrepKind.CLASSIFICATION, "input0/dict.txt", "documents", 0.1, metric="accuracy"),
+    "hyperpartisan": FinetuneRecipe(PrepKind.CLASSIFICATION, "input0/dict.txt", "documents", 0.1, metric="f1"),
+    "triviaqa": FinetuneRecipe(PrepKind.QA, "dict.txt", "windows", evaluate="eval-qa"),
+    "wikihop": FinetuneRecipe(PrepKind.WIKIHOP, "dict.txt", "examples", new_tokens=WIKIHOP_SYMBOLS, metric="accuracy"),
+    "hotpotqa": FinetuneRecipe(
+        PrepKind.HOTPOTQA, "dict.txt", "examples", new_tokens=HOTPOTQA_SYMBOLS, evaluate="eval-hotpotqa"
+    ),
+    "coref": FinetuneRecipe(PrepKind.COREF, "dict.txt", "documents", 0.1, batch=1, evaluate="eval-coref"),
 }
-# The recipes whose inputs hold new vocabulary entries, which the model must have too.
-_NEW_TOKENS = {"wikihop": ",".join(WIKIHOP_SYMBOLS), "hotpotqa": ",".join(HOTPOTQA_SYMBOLS)}
-# Appendix B: the classification runs warm up over 10% of their steps; the QA recipes
-# keep their fixed warmup (Table 13). Coreference follows Joshi et al.'s implementation:
-# 10% warmup, one document per update.
-_WARMUP_FRACTION = {"imdb": 0.1, "hyperpartisan": 0.1, "coref": 0.1}
-PAPER_BATCH = 32
-_PAPER_BATCH = {"coref": 1}
+FINETUNE_TASKS = tuple(FINETUNE)  # the Makefile's finetune-* targets (it reads this table's keys)
 # What a fine-tuning run takes from the checkpoint it starts from rather than from the
 # recipe (written for Longformer-base): the settings that shape the weights or what they
 # compute. So a large, a longer or an imported model fine-tunes with the same command.
@@ -144,27 +164,28 @@ def finetune_overrides(name: str, data: Path, nproc: int = 1, model: Path | None
     """
     if name not in FINETUNE_TASKS:
         raise RecipeError(f"no fine-tuning recipe {name!r}; choose from {', '.join(FINETUNE_TASKS)}")
-    kind, dict_path, counted = _FINETUNE_DATA[name]
+    row = FINETUNE[name]
+    kind = row.prep
     data = Path(data)
     try:
-        manifest = json.loads((data / "prep.json").read_text())
+        manifest = json.loads((data / MANIFEST).read_text())
     except (OSError, ValueError):
         manifest = None
     if not manifest or manifest.get("kind") != kind:
         raise RecipeError(
-            f"DATA={data} is not a finished `longformer-fs prep {kind}` directory (no prep.json of that kind)"
+            f"DATA={data} is not a finished `longformer-fs prep {kind}` directory (no {MANIFEST} of that kind)"
         )
-    items = manifest.get("splits", {}).get("train", {}).get(counted)
+    items = manifest.get("splits", {}).get("train", {}).get(row.counted)
     if not items:
         raise RecipeError(f"DATA={data} has no train split; prepare one with `longformer-fs prep {kind} --train ...`")
     shape = []
     if model is not None:
-        _check_dictionary(Path(model), data / dict_path, name)
+        _check_dictionary(Path(model), data / row.dictionary, row.new_tokens)
         shape = model_overrides(Path(model))
 
     recipe = OmegaConf.load(finetune_dir() / f"{name}.yaml")
     batch_size = int(recipe.dataset.batch_size)
-    paper_batch = _PAPER_BATCH.get(name, PAPER_BATCH)
+    paper_batch = row.batch
     if paper_batch % (batch_size * nproc):
         raise RecipeError(
             f"a batch of {paper_batch} does not split over {nproc} processes of {batch_size}; "
@@ -172,8 +193,8 @@ def finetune_overrides(name: str, data: Path, nproc: int = 1, model: Path | None
         )
     epochs = int(recipe.optimization.max_epoch)
     total = epochs * math.ceil(items / paper_batch)
-    if name in _WARMUP_FRACTION:
-        warmup = max(1, round(_WARMUP_FRACTION[name] * total))
+    if row.warmup_fraction is not None:
+        warmup = max(1, round(row.warmup_fraction * total))
     else:
         warmup = min(int(recipe.lr_scheduler.warmup_updates), total)
     return [
@@ -225,16 +246,16 @@ def model_overrides(model: Path) -> list[str]:
     return overrides
 
 
-def _check_dictionary(model: Path, data_dict: Path, name: str) -> None:
+def _check_dictionary(model: Path, data_dict: Path, new_tokens: tuple[str, ...]) -> None:
     """``model``'s dict.txt, if one sits beside it, must be the data's."""
     if not model.is_file():
         raise RecipeError(f"MODEL={model} does not exist; give a longformer_roberta checkpoint (.pt)")
     model_dict = model.parent / "dict.txt"
     if model_dict.is_file() and model_dict.read_bytes() != data_dict.read_bytes():
         hint = (
-            f"convert with `longformer-fs convert-roberta --add-tokens '{_NEW_TOKENS[name]}'` and prepare the data "
+            f"convert with `longformer-fs convert-roberta --add-tokens '{','.join(new_tokens)}'` and prepare the data "
             "with that dict.txt"
-            if name in _NEW_TOKENS
+            if new_tokens
             else "prepare the data with --dict pointing at the model's dict.txt"
         )
         raise RecipeError(f"{data_dict} differs from the model's {model_dict}; {hint}")
@@ -254,36 +275,54 @@ def best_metrics(checkpoints: list[Path]) -> list[float]:
     return values
 
 
+def report(name: str, data: Path, checkpoints: list[Path]) -> int:
+    """What ``make finetune-NAME`` prints after its runs: the best dev metric of each run and
+    their mean and spread over seeds, or each run's best checkpoint scored by the task's
+    ``longformer-fs eval-*`` command on ``data``. Returns the exit status."""
+    row = FINETUNE[name]
+    if row.metric is not None:
+        values = best_metrics(checkpoints)
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        for path, value in zip(checkpoints, values, strict=True):
+            print(f"{path}: best {row.metric} {value:.2f}")
+        print(f"{row.metric} over {len(values)} seeds: mean {statistics.mean(values):.2f}, std {spread:.2f}")
+        return 0
+    from .cli import main as longformer_fs
+
+    for checkpoint in checkpoints:
+        code = longformer_fs([row.evaluate, str(checkpoint), "--data", str(data)])
+        if code:
+            return code
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The Makefile's helper: ``python -m longformer_fs.recipes finetune-overrides|seed-summary``."""
+    """The Makefile's helper: ``python -m longformer_fs.recipes finetune-overrides|report``."""
     parser = argparse.ArgumentParser(
         prog="python -m longformer_fs.recipes",
         description="Helpers of the Makefile's finetune-* targets: fit a fine-tuning recipe's schedule to a "
-        "prepared dataset, and summarise the best dev metric of runs over several seeds.",
+        "prepared dataset and a model, and report the runs (the best dev metric over seeds, or the task's own "
+        "evaluation of each run).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("finetune-overrides", help="print the Hydra overrides fitting a fine-tuning recipe to DATA")
-    fit.add_argument("name", help=f"one of {', '.join(FINETUNE_TASKS)}")
+    fit.add_argument("name", choices=FINETUNE_TASKS, help="the recipe")
     fit.add_argument("data", type=Path, help="the prepared dataset")
     fit.add_argument("--nproc", type=int, default=1, help="training processes (GPUs) in all")
-    fit.add_argument("--model", type=Path, help="the checkpoint to start from (its dict.txt is checked)")
-    seeds = sub.add_parser("seed-summary", help="mean and spread of the best metric over runs")
-    seeds.add_argument("metric", help="the metric's name, for the printout")
-    seeds.add_argument("checkpoints", type=Path, nargs="+", help="each run's checkpoint_best.pt")
+    fit.add_argument("--model", type=Path, help="the checkpoint to start from (its dict.txt and settings are read)")
+    done = sub.add_parser("report", help="the best metric over seeds, or the task's evaluation of each run")
+    done.add_argument("name", choices=FINETUNE_TASKS, help="the recipe")
+    done.add_argument("data", type=Path, help="the prepared dataset")
+    done.add_argument("checkpoints", type=Path, nargs="+", help="each run's checkpoint_best.pt")
     args = parser.parse_args(argv)
     try:
         if args.command == "finetune-overrides":
             print(" ".join(finetune_overrides(args.name, args.data, args.nproc, args.model)))
-        else:
-            values = best_metrics(args.checkpoints)
-            spread = statistics.stdev(values) if len(values) > 1 else 0.0
-            for path, value in zip(args.checkpoints, values, strict=True):
-                print(f"{path}: best {args.metric} {value:.2f}")
-            print(f"{args.metric} over {len(values)} seeds: mean {statistics.mean(values):.2f}, std {spread:.2f}")
+            return 0
+        return report(args.name, args.data, args.checkpoints)
     except (RecipeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_arch
 from tqdm import tqdm
 
 from longformer_fs.conventions import PAD
-from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
 from longformer_fs.modules.per_layer import dilation_pattern, layer_values
 from longformer_fs.recipes import phase_settings
 

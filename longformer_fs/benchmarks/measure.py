@@ -11,14 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+from ..attention.backend_speed import median_time  # noqa: F401 (the calibration's timer, every bench's too)
 
 
 @contextlib.contextmanager
@@ -62,34 +62,6 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str = "cp
             live += event.nbytes()
             peak = max(peak, live)
     return peak
-
-
-def median_time(
-    fn: Callable[[], object],
-    device: torch.device | str = "cpu",
-    repeat: int = 5,
-    warmup: int = 1,
-    budget_s: float | None = None,
-) -> float:
-    """Median wall time of ``fn()`` in seconds, synchronising CUDA around each call.
-
-    ``budget_s`` caps the total time spent: slow configurations get fewer repeats.
-    """
-    device = torch.device(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times: list[float] = []
-    start = time.perf_counter()
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-        if budget_s is not None and time.perf_counter() - start > budget_s:
-            break
-    return statistics.median(times)
 
 
 def run_isolated(function: str, threads: int, **kwargs) -> dict:

@@ -9,10 +9,10 @@ import json
 import torch
 from tqdm import tqdm
 
+from longformer_fs.attention.backend_speed import SHAPES, measure_backends
 from longformer_fs.attention.backends import KINDS, choose_backend
 from longformer_fs.attention.kernel_check import CASES, run_check, save_report
 from longformer_fs.attention.spec import BandSpec
-from longformer_fs.benchmarks.backend_speed import SHAPES, measure_backends
 
 from .options import add_device_argument
 

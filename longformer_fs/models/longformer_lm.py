@@ -1,6 +1,6 @@
 """fairseq adapter: the ``longformer_lm`` character language model.
 
-A thin wrapper over :class:`longformer_fs.modules.decoder.LongformerDecoder`. Windows
+A thin wrapper over :class:`longformer_fs.modules.char_lm_decoder.LongformerDecoder`. Windows
 grow from the bottom layer to the top; dilation applies to the last
 ``--dilated-heads`` heads of each layer.
 
@@ -20,7 +20,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
-from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
 from longformer_fs.modules.per_layer import dilation_pattern, layer_values
 
 logger = logging.getLogger(__name__)

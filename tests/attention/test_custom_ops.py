@@ -11,7 +11,7 @@ from oracle import oracle_layer
 
 from longformer_fs.attention import LongformerSelfAttention, available_backends
 from longformer_fs.attention.backends.kernel import band_backward, band_forward
-from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
 
 pytestmark = pytest.mark.skipif("kernel" not in available_backends(), reason="cuda_ext extension not built")
 

@@ -117,7 +117,7 @@ def test_auto_on_cuda_takes_the_fastest_measured_verified_backend(cache, fake_gp
 
 
 def test_check_times_the_candidates_it_would_choose_among(cache):
-    from longformer_fs.benchmarks.backend_speed import TimingShape, candidates, measure_backends
+    from longformer_fs.attention.backend_speed import TimingShape, candidates, measure_backends
 
     cpu = torch.device("cpu")
     timings = measure_backends(cpu, [torch.float32], TimingShape(1, 2, 256, 16, 8))

@@ -43,7 +43,7 @@ def direct_bits(model_log_probs, chars, start_symbol, window, step):
 
 @pytest.mark.parametrize("window,step,batch", [(16, 4, 3), (12, 12, 1), (40, 8, 8)])
 def test_matches_direct_computation_on_a_tiny_model(window, step, batch):
-    from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+    from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
 
     torch.manual_seed(0)
     shape = DecoderShape(

@@ -5,7 +5,7 @@ import torch
 from oracle import oracle_attention
 
 from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
-from longformer_fs.modules.decoder import DecoderShape, LongformerDecoder
+from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
 from longformer_fs.modules.per_layer import layer_values
 
 

@@ -553,3 +553,16 @@ def test_convert_roberta_from_hf_layout_equals_the_fairseq_release(work, tmp_pat
     release_files = SubwordSpec.gpt2(bpe / "encoder.json", bpe / "vocab.bpe", tmp_path / "from_fairseq" / "dict.txt")
     for x, y in zip(hf_files.load().encode(texts), release_files.load().encode(texts), strict=True):
         assert x.tolist() == y.tolist()
+
+
+def test_the_makefile_has_one_target_per_row_of_the_recipes_table():
+    """The Makefile reads its finetune-* targets from longformer_fs/recipes.py's table."""
+    import subprocess
+
+    from longformer_fs.recipes import FINETUNE_TASKS, finetune_dir
+
+    database = subprocess.run(["make", "-pn", "help"], cwd=ROOT, capture_output=True, text=True).stdout
+    line = next(line for line in database.splitlines() if line.startswith("FINETUNE_TASKS :="))
+    assert tuple(line.split(":=")[1].split()) == FINETUNE_TASKS
+    assert all((finetune_dir() / f"{name}.yaml").is_file() for name in FINETUNE_TASKS)
+    assert all(f"finetune-{name}:" in database for name in FINETUNE_TASKS)

@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm
 
 _MODULE = "longformer_fs._band_kernels"
@@ -79,10 +80,6 @@ def _on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 # ------------------------------------------------------------------------------ the ops
 
 
@@ -114,7 +111,7 @@ def band_forward(
 
 @band_forward.register_fake
 def _band_forward_fake(q, k, v, key_ok, pos_query, table, dilations, window, causal, scale):
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)
     return q.new_empty(q.shape, dtype=dtype), q.new_empty(q.shape[:3], dtype=dtype)
 
 
@@ -149,7 +146,7 @@ def band_backward(
 
 @band_backward.register_fake
 def _band_backward_fake(q, k, v, key_ok, pos_query, table, out, lse, dout, dlse, dilations, window, causal, scale):
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)
     grads = [q.new_empty(q.shape, dtype=dtype) for _ in range(3)]
     if pos_query is None:
         return (*grads, q.new_empty(0, dtype=dtype), q.new_empty(0, dtype=dtype))

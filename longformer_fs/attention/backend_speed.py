@@ -1,4 +1,5 @@
-"""Which band backend is fastest on a device: the timings that ``longformer-fs check`` records.
+"""Which band backend is fastest on a device: the timings that ``longformer-fs check`` records
+(:mod:`.kernel_check`) and ``auto`` reads (:mod:`.check_records`).
 
 ``auto`` on CUDA picks among the backends by these (see
 :mod:`longformer_fs.attention.backends`). Each candidate (a backend that ``auto`` could
@@ -11,17 +12,45 @@ representative shape per kind of call:
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
 
-from longformer_fs.attention.backends import AUTO_ORDER, KINDS, why_not
-from longformer_fs.attention.band import band_width
-from longformer_fs.attention.functional import band_attention_with_lse
-from longformer_fs.attention.spec import BandSpec, PositionTerm
+from .backends import AUTO_ORDER, KINDS, why_not
+from .band import band_width
+from .functional import band_attention_with_lse
+from .spec import BandSpec, PositionTerm
 
-from .measure import median_time
+
+def median_time(
+    fn: Callable[[], object],
+    device: torch.device | str = "cpu",
+    repeat: int = 5,
+    warmup: int = 1,
+    budget_s: float | None = None,
+) -> float:
+    """Median wall time of ``fn()`` in seconds, synchronising CUDA around each call.
+
+    ``budget_s`` caps the total time spent: slow configurations get fewer repeats.
+    """
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times: list[float] = []
+    start = time.perf_counter()
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+    return statistics.median(times)
 
 
 @dataclass(frozen=True)
