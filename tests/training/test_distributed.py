@@ -9,6 +9,7 @@ update_freq 1 is the control: it must differ.
 import concurrent.futures
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,14 +167,18 @@ def test_launch_arguments():
         distributed_arguments("fairseq-train", [], {"RANK": "0"})
 
 
-def slow_batches_run(mode: str, data: Path, save_dir: Path) -> tuple[int, str]:
-    """Two processes of the tiny char LM through the launcher, stopping after 4 updates,
-    mid-epoch, while the loader thread is making a batch (tests/training/slow_batches.py),
-    with the default thread count, as users run it."""
-    cmd = [BIN / "torchrun", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           ROOT / "tests" / "training" / "slow_batches.py", mode, "fairseq-train", data, *TINY_CHAR_LM,
-           *CHAR_LM_TRAINING, "--max-update", "4", "--batch-size", "4", "--save-dir", save_dir,
-           "--no-epoch-checkpoints", "--disable-validation", "--data-buffer-size", "1", *ON_CPU]  # fmt: skip
+def slow_batches_run(mode: str, data: Path, save_dir: Path, processes: int = 2) -> tuple[int, str]:
+    """The tiny char LM through the launcher (``processes`` under torchrun, or 1 alone),
+    stopping after 4 updates, mid-epoch, while the loader thread is making a batch
+    (tests/training/slow_batches.py), with the default thread count, as users run it."""
+    script = [ROOT / "tests" / "training" / "slow_batches.py", mode]
+    if processes > 1:
+        script = [BIN / "torchrun", "--nproc_per_node", str(processes), "--master_port", str(free_port()), *script]
+    else:
+        script = [sys.executable, *script]
+    cmd = [*script, "fairseq-train", data, *TINY_CHAR_LM, *CHAR_LM_TRAINING, "--max-update", "4", "--batch-size", "4",
+           "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation", "--data-buffer-size", "1",
+           *ON_CPU]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     result = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=ROOT, env=env, timeout=300)  # fmt: skip
@@ -183,15 +188,24 @@ def slow_batches_run(mode: str, data: Path, save_dir: Path) -> tuple[int, str]:
 def test_a_finished_run_exits_0_every_time_and_a_failed_one_does_not(char_corpus, tmp_path):
     """fairseq's loader thread inside a torch call at interpreter exit aborts the process
     after a finished run (SIGABRT, "terminate called without an active exception"): the
-    control, without the launcher's stop, shows the failure; with it, every run exits 0.
-    The five runs go two at a time."""
-    modes = ["no-stop", "clean", "clean", "clean", "fail-rank-1"]
+    control, one process without the launcher's stop, shows the failure; with it, every
+    two-process run exits 0, and one whose rank 1 fails does not. Two runs at a time."""
+    runs = [("no-stop", 1), ("clean", 2), ("clean", 2), ("clean", 2), ("fail-rank-1", 2)]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda i: slow_batches_run(modes[i], char_corpus, tmp_path / str(i)), range(5)))
+        results = list(pool.map(lambda i: slow_batches_run(runs[i][0], char_corpus, tmp_path / str(i), runs[i][1]),
+                                range(len(runs))))  # fmt: skip
     (code, log), *clean, (failed_code, failed_log) = results
     assert code != 0 and "terminate called without an active exception" in log, log[-3000:]
-    assert "done training" in log  # it had finished (rank 0 logs it)
+    assert "done training" in log  # it had finished
     for code, log in clean:
         assert code == 0, log[-3000:]
-        assert "done training" in log and "terminate called" not in log
+        assert "done training" in log and "terminate called" not in log  # rank 0 logs it
     assert failed_code != 0 and "rank 1 fails to load a batch (on purpose)" in failed_log, failed_log[-3000:]
+
+
+def test_fsdp_finds_fairscale():
+    """fairseq's --ddp-backend fully_sharded wraps fairscale's FSDP (pinned); it computes
+    on CUDA only (docs/gpus.md, "Many GPUs and nodes")."""
+    from fairseq.distributed import fully_sharded_data_parallel as fsdp
+
+    assert fsdp.has_FSDP
