@@ -54,6 +54,7 @@ def check_split_inputs(
     valid_fraction: float | None = None,
     test_fraction: float | None = None,
     need_train: bool = False,
+    folders: bool = False,
 ) -> None:
     """PrepError unless a preparation was given either split files or one file to split.
 
@@ -62,7 +63,10 @@ def check_split_inputs(
         input: ``--input``, the one file to split (by the fractions, when given).
         need_train: split files must include ``--train`` (a classifier has nothing to
             learn from otherwise).
+        folders: a folder may stand for a file (``prep classification`` reads a folder of
+            label folders).
     """
+    exists = Path.exists if folders else Path.is_file
     if input is not None and files:
         raise PrepError("give either --input (one file to split) or --train/--valid/--test files, not both")
     if input is None and (not files or (need_train and "train" not in files)):
@@ -71,10 +75,10 @@ def check_split_inputs(
     for split, path in files.items():
         if split not in SPLITS:
             raise PrepError(f"splits: {split!r} is not one of {', '.join(SPLITS)}")
-        if not Path(path).is_file():
+        if not exists(Path(path)):
             raise PrepError(f"--{split}: {path} not found")
     if input is not None:
-        if not Path(input).is_file():
+        if not exists(Path(input)):
             raise PrepError(f"--input: {input} not found")
         if valid_fraction is not None:
             check_fractions(valid_fraction, test_fraction)

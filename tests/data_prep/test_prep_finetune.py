@@ -203,12 +203,12 @@ def test_classification_integer_labels_sort_numerically(bpe, tmp_path):
     )
     assert result["labels"] == ["2", "10"]
     assert [item[0] for item in load(tmp_path / "out" / "label" / "train")] == [5, 4, 4, 5]
-    # JSON booleans are the symbols 0 and 1.
+    # JSON booleans are the labels false and true (true is class 1).
     files = {
         "train": write_jsonl(tmp_path / "bools.jsonl", zip(documents(5, 3, words=5), [True, False, True], strict=True))
     }
     result = prepare_classification(ClassificationConfig(spec(bpe[0]), files), tmp_path / "b", log=lambda *_: None)
-    assert result["labels"] == ["0", "1"]
+    assert result["labels"] == ["false", "true"]
     assert [item[0] for item in load(tmp_path / "b" / "label" / "train")] == [5, 4, 5]
 
 
