@@ -1,8 +1,24 @@
-"""HotpotQA, distractor setting, as fairseq datasets (``longformer-fs prep hotpotqa``).
+"""HotpotQA as fairseq datasets (``longformer-fs prep hotpotqa``): the files as released,
+``hotpot_train_v1.1.json``, ``hotpot_dev_distractor_v1.json``, ``hotpot_dev_fullwiki_v1.json``
+and ``hotpot_test_fullwiki_v1.json``.
 
-Input: HotpotQA's JSON, a list of ``{"_id", "question", "answer", "type", "level",
-"context": [[title, [sentence, ...]], ...], "supporting_facts": [[title, sentence index],
-...]}`` (ten paragraphs per question in the distractor setting).
+Input: HotpotQA's JSON, a list of ``{"_id", "question", "answer", "context": [[title,
+[sentence, ...]], ...], "supporting_facts": [[title, sentence index], ...]}`` (also
+``"type"`` and ``"level"``, not read). The distractor setting gives ten paragraphs per
+question; the full-wiki one the paragraphs its retriever found, which may miss the gold
+ones, or be none at all. The test file has no ``answer`` and ``supporting_facts``: a
+file with neither on any record is a split without labels (below), which only ``--test``
+may be; a file that has them on some records and not on others is an error.
+
+A supporting fact whose title is not among the record's paragraphs (common in the
+full-wiki setting), or whose sentence index is past its paragraph's last sentence (a few
+in the train file), labels nothing, as in HotpotQA's own preprocessing; the stats count
+it by reason (:data:`TITLE_NOT_IN_CONTEXT`, :data:`SENTENCE_OUT_OF_RANGE`), with
+examples. Its record is kept, even with no supporting fact left (its ``[p]`` and ``[s]``
+labels are then all 0, and the stats count it): it still trains the answer and type
+heads, and the official script scores every question of a gold file. A record without
+paragraphs (``prepro.py`` notes some in the full-wiki files) is kept too, as its
+question alone; the stats count them.
 
 The model input of an example is one sequence holding every paragraph (paper, Appendix B)::
 
@@ -34,10 +50,15 @@ Output layout, one item per example in every file of a split::
     {split}.qtype.{bin,idx}        [0 span | 1 yes | 2 no]
     {split}.examples.jsonl         {"_id", "answer", "type", "supporting_facts", "titles",
                                     "sentence_counts", "context"}: the gold record (scored by
-                                    the official rules) and what maps [p]/[s] back to
-                                    [title, sentence index]; "context" is every kept
+                                    the official rules, skipped facts included, as the
+                                    official script reads them) and what maps [p]/[s] back
+                                    to [title, sentence index]; "context" is every kept
                                     sentence, each after one space, concatenated
     stats.json, prep.json
+
+A split without labels has only the model's inputs, ``tokens`` and ``offsets``, and
+``examples.jsonl`` rows without ``answer``, ``type`` and ``supporting_facts``; its stats
+say ``"labelled": false``. ``eval-hotpotqa`` writes its predictions and does not score it.
 
 ``--evidence FILE`` (the two-stage variant) keeps, per example, only the paragraphs
 whose titles ``FILE`` lists for its id (``{id: [title, ...]}``, as ``eval-hotpotqa
@@ -49,7 +70,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +86,10 @@ from .wikihop import input_manifest as wikihop_inputs
 KIND = "hotpotqa"
 BATCH_EXAMPLES = 16  # examples per tokenizer call
 QUESTION_TYPES = ("span", "yes", "no")  # the type head's classes, in order
+LABELS = ("answer", "supporting_facts")  # the keys a test file lacks
+# Why a supporting fact labels nothing (its record is kept), as the stats name it.
+TITLE_NOT_IN_CONTEXT, SENTENCE_OUT_OF_RANGE = "title not in the context", "sentence index out of range"
+REPORTED = 50  # examples of skipped facts kept in stats.json, per split
 
 
 @dataclass(frozen=True)
@@ -72,20 +97,32 @@ class HotpotExample:
     """One HotpotQA record, checked.
 
     Attributes:
-        paragraphs: ``(title, sentences)`` pairs, in the record's order.
-        supporting: the supporting facts as ``(title, sentence index)`` pairs.
-        qtype: index into :data:`QUESTION_TYPES`.
+        paragraphs: ``(title, sentences)`` pairs, in the record's order (none in a few
+            full-wiki records).
+        answer, qtype: the answer text and its index into :data:`QUESTION_TYPES`; None
+            in a file without labels.
+        supporting: the supporting facts that label a sentence, as ``(title, sentence
+            index)`` pairs (empty without labels).
         record: the gold fields the official metrics read (``_id``, ``answer``,
-            ``supporting_facts``), as given.
+            ``supporting_facts``), as given; None without labels.
+        skipped_facts: the record's facts that label nothing, each ``(reason,
+            {"origin", "reason"})``: :data:`TITLE_NOT_IN_CONTEXT` or
+            :data:`SENTENCE_OUT_OF_RANGE`, and where and what it is, for the stats.
     """
 
     id: str
     question: str
-    answer: str
+    answer: str | None
     paragraphs: tuple[tuple[str, tuple[str, ...]], ...]
     supporting: frozenset
-    qtype: int
-    record: dict = field(compare=False)
+    qtype: int | None
+    record: dict | None = field(compare=False)
+    skipped_facts: tuple = field(default=(), compare=False)
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the record has an answer and supporting facts (all but the test file's do)."""
+        return self.record is not None
 
 
 def question_type(answer: str) -> int:
@@ -94,15 +131,26 @@ def question_type(answer: str) -> int:
     return QUESTION_TYPES.index(text) if text in ("yes", "no") else 0
 
 
-def _check_record(entry, where: str) -> HotpotExample:
+def _check_record(entry, where: str, labelled: bool) -> HotpotExample:
+    """One record as a :class:`HotpotExample`; ``labelled``: the file has answers and
+    supporting facts (its first record does)."""
     if not isinstance(entry, dict):
         raise PrepError(f"{where}: expected a JSON object, got {type(entry).__name__}")
     if "_id" in entry:
         where = f"{where} (_id {entry['_id']!r})"
-    missing = [k for k in ("_id", "question", "answer", "context", "supporting_facts") if k not in entry]
+    if not labelled and (present := [k for k in LABELS if k in entry]):
+        raise PrepError(
+            f"{where}: has {present[0]!r}, but record 0 has neither {' nor '.join(map(repr, LABELS))}; a file has "
+            "labels on every record (train, dev) or on none (test): fix the file"
+        )
+    missing = [k for k in ("_id", "question", "context", *(LABELS if labelled else ())) if k not in entry]
     if missing:
-        raise PrepError(f"{where}: no {', '.join(repr(k) for k in missing)} key")
-    for key in ("_id", "question", "answer"):
+        hint = ""
+        if labelled and all(k in missing for k in LABELS):
+            hint = ", but record 0 has them; a file has labels on every record (train, dev) or on none (test)"
+        raise PrepError(f"{where}: no {', '.join(repr(k) for k in missing)} key{hint}")
+    strings = ("_id", "question", "answer") if labelled else ("_id", "question")
+    for key in strings:
         if not isinstance(entry[key], str):
             raise PrepError(f"{where}: {key!r} is {type(entry[key]).__name__}, expected a string")
     paragraphs = []
@@ -117,44 +165,53 @@ def _check_record(entry, where: str) -> HotpotExample:
         if not ok:
             raise PrepError(f"{where}: context[{k}] is not [title, [sentence, ...]]")
         paragraphs.append((paragraph[0], tuple(paragraph[1])))
-    if not paragraphs:
-        raise PrepError(f"{where}: empty context")
+    if not labelled:
+        return HotpotExample(entry["_id"], entry["question"], None, tuple(paragraphs), frozenset(), None, None)
     sizes = {}
     for title, sentences in paragraphs:
         sizes.setdefault(title, len(sentences))  # a repeated title: its first paragraph
     facts = entry["supporting_facts"]
     if not isinstance(facts, list):
         raise PrepError(f"{where}: 'supporting_facts' must be a list of [title, sentence index]")
+    supporting, skipped = set(), []
     for fact in facts:
         if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str) and type(fact[1]) is int):
             raise PrepError(f"{where}: supporting fact {fact!r} is not [title, sentence index]")
+        # HotpotQA's prepro.py labels the sentences it finds in the context, so a fact
+        # that points at none is ignored there too.
         if fact[0] not in sizes:
-            raise PrepError(f"{where}: supporting fact {fact!r} names a title not in the context")
-        if not 0 <= fact[1] < sizes[fact[0]]:
-            raise PrepError(
-                f"{where}: supporting fact {fact!r}: sentence index out of range ({fact[0]!r} has "
-                f"{sizes[fact[0]]} sentences)"
-            )
+            reason, detail = TITLE_NOT_IN_CONTEXT, ""
+        elif not 0 <= fact[1] < sizes[fact[0]]:
+            reason, detail = SENTENCE_OUT_OF_RANGE, f" ({fact[0]!r} has {sizes[fact[0]]} sentences)"
+        else:
+            supporting.add(tuple(fact))
+            continue
+        skipped.append((reason, {"origin": where, "reason": f"supporting fact {fact!r}: {reason}{detail}"}))
     record = {"_id": entry["_id"], "answer": entry["answer"], "supporting_facts": facts}
     return HotpotExample(
         entry["_id"],
         entry["question"],
         entry["answer"],
         tuple(paragraphs),
-        frozenset(map(tuple, facts)),
+        frozenset(supporting),
         question_type(entry["answer"]),
         record,
+        tuple(skipped),
     )
 
 
 def read_hotpotqa(path: Path) -> list[HotpotExample]:
-    """Every record of a HotpotQA JSON file, checked; a PrepError naming the bad record if not."""
+    """Every record of a HotpotQA JSON file, checked; a PrepError naming the bad record if not.
+
+    The file is labelled when its first record has an answer or supporting facts; every
+    record must then have both, and otherwise neither."""
     data = load_json(path)
     if not isinstance(data, list):
         raise PrepError(f"{path}: expected a JSON list of examples, got {type(data).__name__}")
+    labelled = bool(data) and isinstance(data[0], dict) and any(k in data[0] for k in LABELS)
     examples, seen = [], set()
     for i, entry in enumerate(data):
-        example = _check_record(entry, f"{path}: record {i}")
+        example = _check_record(entry, f"{path}: record {i}", labelled)
         if example.id in seen:
             raise PrepError(f"{path}: record {i}: _id {example.id!r} occurs twice")
         seen.add(example.id)
@@ -179,11 +236,9 @@ def read_evidence(paths: list[Path]) -> dict[str, list[str]]:
 def select_paragraphs(example: HotpotExample, titles: list[str], source) -> HotpotExample:
     """``example`` with only the paragraphs named in ``titles``, in their order in the record."""
     kept = tuple(p for p in example.paragraphs if p[0] in set(titles))
-    if not kept:
+    if example.paragraphs and not kept:
         raise PrepError(f"--evidence: {source}: _id {example.id!r}: none of {titles!r} is a title of its context")
-    return HotpotExample(
-        example.id, example.question, example.answer, kept, example.supporting, example.qtype, example.record
-    )
+    return replace(example, paragraphs=kept)
 
 
 @dataclass(frozen=True)
@@ -312,6 +367,14 @@ def prepare_hotpotqa(cfg: HotpotqaConfig, out: Path, force: bool = False, log=pr
         return previous
 
     data = read_splits(cfg, reader=read_hotpotqa)
+    for split in ("train", "valid"):
+        # fairseq-train learns from train and validates on valid: both need labels.
+        if split in data and not data[split][0].labelled:
+            given = f"--{split}: {cfg.files[split]}" if cfg.input is None else f"--input: {cfg.input}"
+            raise PrepError(
+                f"{given} has no 'answer' or 'supporting_facts' (HotpotQA's test file?), which the {split} split "
+                "needs; give a file without them as --test"
+            )
     if cfg.evidence:
         evidence = read_evidence(list(cfg.evidence))
         for split, examples in data.items():
@@ -323,71 +386,82 @@ def prepare_hotpotqa(cfg: HotpotqaConfig, out: Path, force: bool = False, log=pr
 
 
 def _write_split(directory, split, examples, source, encoder, symbol_ids, dictionary_size, max_tokens, bar) -> dict:
-    """Tokenize and write one split's files; returns its stats."""
+    """Tokenize and write one split's files (only the inputs for a split without labels); returns its stats."""
+    labelled = examples[0].labelled  # a file has labels on every record or on none
     signed = SplitFiles.SIGNED
-    fields = {"tokens": dictionary_size, "offsets": signed, "starts": signed, "ends": signed}
-    fields |= {"paragraphs": 3, "sentences": 3, "qtype": 3}
-    counts = Counter()
+    fields = {"tokens": dictionary_size, "offsets": signed}
+    if labelled:
+        fields |= {"starts": signed, "ends": signed, "paragraphs": 3, "sentences": 3, "qtype": 3}
+    counts, skipped = Counter(), []
     with SplitFiles(directory, split, fields) as files:
         for batch in batched(examples, BATCH_EXAMPLES):
             encoded = iter(encoder.encode_with_offsets([t for ex in batch for t in _pieces(ex)]))
             for ex in batch:
                 item = encode_example(ex, encoded, symbol_ids, max_tokens)
-                if symbol_ids["[p]"] not in item.tokens:
+                # A record without paragraphs is its question alone, which must fit whole.
+                if symbol_ids["[p]" if ex.paragraphs else "[/q]"] not in item.tokens:
                     raise PrepError(
                         f"{source}: _id {ex.id!r}: the question leaves no room for a paragraph in "
                         f"--max-tokens {max_tokens}"
                     )
-                # [-1] for no span: the task pads with -1 anyway, and a split without any
-                # span would otherwise write an empty .bin, which fairseq cannot map.
-                spans = item.spans if len(item.spans) else np.full((1, 2), -1)
-                row = {
-                    **ex.record,
-                    "type": QUESTION_TYPES[ex.qtype],
-                    "titles": item.titles,
-                    "sentence_counts": item.sentence_counts,
-                    "context": item.context,
-                }
-                files.add(
-                    row,
-                    len(item.tokens),
-                    tokens=item.tokens,
-                    offsets=item.offsets.reshape(-1),
-                    starts=spans[:, 0],
-                    ends=spans[:, 1],
-                    paragraphs=np.array(item.paragraph_labels),
-                    sentences=np.array(item.sentence_labels),
-                    qtype=np.array([ex.qtype]),
-                )
+                row, items = {"_id": ex.id}, {"tokens": item.tokens, "offsets": item.offsets.reshape(-1)}
+                if labelled:
+                    # [-1] for no span: the task pads with -1 anyway, and a split without any
+                    # span would otherwise write an empty .bin, which fairseq cannot map.
+                    spans = item.spans if len(item.spans) else np.full((1, 2), -1)
+                    row |= {**ex.record, "type": QUESTION_TYPES[ex.qtype]}
+                    items |= {
+                        "starts": spans[:, 0],
+                        "ends": spans[:, 1],
+                        "paragraphs": np.array(item.paragraph_labels),
+                        "sentences": np.array(item.sentence_labels),
+                        "qtype": np.array([ex.qtype]),
+                    }
+                    counts["answer_lost_to_truncation"] += item.lost_answer
+                    counts["span_without_match"] += ex.qtype == 0 and len(item.spans) == 0 and not item.lost_answer
+                    counts["no_supporting_fact"] += not ex.supporting
+                    counts[QUESTION_TYPES[ex.qtype]] += 1
+                    skipped += ex.skipped_facts
+                row |= {"titles": item.titles, "sentence_counts": item.sentence_counts, "context": item.context}
+                files.add(row, len(item.tokens), **items)
                 counts["truncated"] += item.truncated
-                counts["answer_lost_to_truncation"] += item.lost_answer
-                counts["span_without_match"] += ex.qtype == 0 and len(item.spans) == 0 and not item.lost_answer
-                counts[QUESTION_TYPES[ex.qtype]] += 1
+                counts["empty_context"] += not ex.paragraphs
             bar.update(len(batch))
-    return {
+    stats = {
         "examples": len(examples),
         **files.length_stats(),
+        "labelled": labelled,
         "truncated": counts["truncated"],
-        "answer_lost_to_truncation": counts["answer_lost_to_truncation"],
-        "span_without_match": counts["span_without_match"],
-        "types": {t: counts[t] for t in QUESTION_TYPES},
+        "empty_context": counts["empty_context"],
     }
+    if labelled:
+        stats |= {
+            "answer_lost_to_truncation": counts["answer_lost_to_truncation"],
+            "span_without_match": counts["span_without_match"],
+            "types": {t: counts[t] for t in QUESTION_TYPES},
+            "skipped_facts": {
+                "count": len(skipped),
+                "by_reason": dict(Counter(reason for reason, _ in skipped)),
+                "examples": [example for _, example in skipped[:REPORTED]],
+            },
+            "no_supporting_fact": counts["no_supporting_fact"],
+        }
+    return stats
 
 
 def stats_table(result: dict) -> str:
-    """One row per split: examples, lengths, how many were cut at ``max_tokens`` and lost their answer."""
+    """One row per split: examples, lengths, how many were cut at ``max_tokens`` and lost
+    their answer, and the supporting facts skipped ("-" where a split has no labels)."""
     cut = f"cut at {result['max_tokens']}"
-    rows = [("split", "examples", *SplitFiles.LENGTH_HEADERS, cut, "answer cut", "no match", "yes/no")]
+    rows = [("split", "examples", *SplitFiles.LENGTH_HEADERS, cut, "answer cut", "no match", "yes/no", "facts skipped")]
     for split, st in result["splits"].items():
-        rows.append(
-            (
-                split,
-                f"{st['examples']:,}",
-                *SplitFiles.length_cells(st),
-                f"{st['truncated']:,}",
+        labels = ("-",) * 4
+        if st.get("labelled", True):  # a run from before unlabelled splits has no such key
+            labels = (
                 f"{st['answer_lost_to_truncation']:,}",
                 f"{st['span_without_match']:,}",
                 f"{st['types']['yes']:,}/{st['types']['no']:,}",
+                f"{st.get('skipped_facts', {}).get('count', 0):,}",
             )
-        )
+        rows.append((split, f"{st['examples']:,}", *SplitFiles.length_cells(st), f"{st['truncated']:,}", *labels))
     return aligned_table(rows)

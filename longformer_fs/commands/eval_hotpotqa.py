@@ -1,5 +1,6 @@
 """``longformer-fs eval-hotpotqa``: HotpotQA answers and supporting facts of a ``longformer_hotpotqa``
-checkpoint on a ``prep hotpotqa`` split, scored by the official rules."""
+checkpoint on a ``prep hotpotqa`` split, scored by the official rules, or only written
+where the split has no labels (HotpotQA's test set)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 from data_prep.fairseq_dataset import MANIFEST, read_manifest
 from data_prep.hotpotqa import KIND
 from longformer_fs.evaluation.checkpoint import load_model
-from longformer_fs.evaluation.hotpotqa import evidence_file, predict_hotpotqa, prediction_file, score_split
+from longformer_fs.evaluation.hotpotqa import (
+    evidence_file,
+    predict_hotpotqa,
+    prediction_dataset,
+    prediction_file,
+    score_split,
+)
 
 from .options import add_device_argument, add_evaluation_arguments
 
@@ -22,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cut from the sentence text, and as supporting facts the sentences scored positive in the "
         "--sp-paragraphs best-scored paragraphs. Prints answer, supporting-fact and joint EM/F1 by HotpotQA's "
         "official rules; --predictions writes HotpotQA's prediction file, --write-evidence each question's best "
-        "paragraphs for the two-stage variant (prep hotpotqa --evidence)."
+        "paragraphs for the two-stage variant (prep hotpotqa --evidence). A split prepared without labels (from "
+        "hotpot_test_fullwiki_v1.json) is not scored: give --predictions to write its prediction file, which "
+        "the official server scores."
     )
     add_evaluation_arguments(
         parser, "a checkpoint fine-tuned with --task longformer_hotpotqa", "the `prep hotpotqa` directory"
@@ -36,7 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=4, help="questions per forward pass")
     add_device_argument(parser)
     parser.add_argument(
-        "--predictions", type=Path, default=None, help='write {"answer": {id: text}, "sp": {id: [[title, i]]}} here'
+        "--predictions",
+        type=Path,
+        default=None,
+        help='write HotpotQA\'s prediction file, {"answer": {_id: text}, "sp": {_id: [[title, sent_id], ...]}}, '
+        "here (as hotpot_evaluate_v1.py reads it; needed on a split without labels)",
     )
     parser.add_argument(
         "--write-evidence",
@@ -61,16 +74,28 @@ def main(args: argparse.Namespace) -> int:
     model, task = load_model(args.checkpoint, args.data, args.device)
     if getattr(task, "prep", None) != KIND:
         raise ValueError(f"{args.checkpoint}: trained with task {type(task).__name__}, not longformer_hotpotqa")
-    task.load_dataset(args.split)
+    labelled = prediction_dataset(task, args.split).labelled
+    if not labelled and args.predictions is None and args.write_evidence is None:
+        raise ValueError(
+            f"--split {args.split}: {args.data} holds it without answers or supporting facts (a test file), so it "
+            "cannot be scored; give --predictions FILE to write its predictions"
+        )
     predictions = predict_hotpotqa(
         model, task, args.split, args.max_answer_tokens, args.sp_paragraphs, args.batch_size, args.device
     )
-    scores = score_split(task, args.split, predictions)
     if args.predictions:
         args.predictions.write_text(json.dumps(prediction_file(predictions), indent=1, ensure_ascii=False))
     if args.write_evidence:
         evidence = evidence_file(predictions, args.evidence_paragraphs)
         args.write_evidence.write_text(json.dumps(evidence, indent=1, ensure_ascii=False))
+    if not labelled:
+        written = ", ".join(str(path) for path in (args.predictions, args.write_evidence) if path)
+        if args.json:
+            print(json.dumps({"count": len(predictions), "scored": False}, indent=2))
+        else:
+            print(f"{args.split}: {len(predictions)} questions, not scored (prepared without labels); wrote {written}")
+        return 0
+    scores = score_split(task, args.split, predictions)
     if args.json:
         print(json.dumps(scores, indent=2))
         return 0

@@ -8,6 +8,10 @@ offsets. Its supporting facts are the sentences whose scorer logit is positive
 (probability > 0.5) within the ``sp_paragraphs`` best-scored paragraphs (2: a distractor
 question has two gold paragraphs), or the best such sentence when none is. The evidence
 of the two-stage variant is each question's ``evidence_paragraphs`` best-scored titles.
+
+Any split can be predicted; only one prepared with labels can be scored (HotpotQA's test
+set has no answers: its predictions go to the official server, in :func:`prediction_file`'s
+format).
 """
 
 from __future__ import annotations
@@ -64,6 +68,14 @@ def decide(example: dict, logits: tuple, offsets: np.ndarray, max_answer_tokens:
     return QuestionPrediction(answer, facts, [titles[k] for k in order])
 
 
+def prediction_dataset(task, split: str):
+    """``split``'s dataset, loaded when it is not yet, labelled or not (its ``labelled``
+    says which)."""
+    if split not in task.datasets:
+        task.load_dataset(split, allow_unlabelled=True)
+    return task.dataset(split)
+
+
 def predict_hotpotqa(
     model,
     task,
@@ -74,7 +86,8 @@ def predict_hotpotqa(
     device: str | torch.device = "cpu",
     progress: bool = True,
 ) -> dict[str, QuestionPrediction]:
-    """``_id`` -> its prediction, for every question of ``split``, in file order."""
+    """``_id`` -> its prediction, for every question of ``split`` (labelled or not), in file order."""
+    prediction_dataset(task, split)
     dataset, examples = listed_split(task, split, "examples")
     max_answer_tokens = max_answer_tokens or task.cfg.max_answer_tokens
     predictions = {}
@@ -109,5 +122,11 @@ def evidence_file(predictions: dict[str, QuestionPrediction], paragraphs: int) -
 
 
 def score_split(task, split: str, predictions: dict[str, QuestionPrediction]) -> dict:
-    """The official metrics (:func:`~.hotpotqa_metrics.hotpotqa_scores`) against the split's gold records."""
+    """The official metrics (:func:`~.hotpotqa_metrics.hotpotqa_scores`) against the split's gold records.
+
+    Raises:
+        ValueError: the split was prepared without labels.
+    """
+    if not prediction_dataset(task, split).labelled:
+        raise ValueError(f"{split}: prepared without answers or supporting facts; there is no gold to score against")
     return hotpotqa_scores(prediction_file(predictions), task.examples(split))

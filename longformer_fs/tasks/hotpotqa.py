@@ -9,9 +9,14 @@ token heads: ``hotpotqa_span`` (start/end logits), ``hotpotqa_type`` (span/yes/n
 the first token) and the 2-layer scorers ``hotpotqa_paragraph`` and ``hotpotqa_sentence``
 (:class:`~longformer_fs.modules.task_heads.EvidenceScorer`); the ``longformer_hotpotqa``
 criterion trains them jointly.
+
+A split prepared from a file without answers (HotpotQA's test set) has only the inputs,
+:data:`INPUT_FILES`: its batches carry no labels, and it loads only for prediction
+(``load_dataset(split, allow_unlabelled=True)``, as ``eval-hotpotqa`` does).
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,6 +32,9 @@ from .token_head_task import ItemsDataset, TokenHeadTask
 SPAN_HEAD, TYPE_HEAD = "hotpotqa_span", "hotpotqa_type"
 PARAGRAPH_HEAD, SENTENCE_HEAD = "hotpotqa_paragraph", "hotpotqa_sentence"
 QUESTION_END, PARAGRAPH, SENTENCE = HOTPOTQA_SYMBOLS[1:]  # [/q] [p] [s]
+# The datasets of a split's labels, which a split prepared without them lacks, and of its inputs.
+LABEL_FILES = ("starts", "ends", "paragraphs", "sentences", "qtype")
+INPUT_FILES = tuple(name for name in HOTPOTQA_FILES if name not in LABEL_FILES)
 
 
 @dataclass
@@ -59,15 +67,16 @@ def hotpotqa_logits(model, sample) -> tuple:
 
 
 class HotpotqaDataset(ItemsDataset):
-    """The questions of one split, with their labels."""
+    """The questions of one split, with their labels when it has them (``labelled``)."""
 
     def __init__(self, parts: dict, dictionary: Dictionary):
         self.parts, self.dictionary = parts, dictionary
+        self.labelled = all(name in parts for name in LABEL_FILES)
         self.ids = {name: dictionary.index(name) for name in (QUESTION_END, PARAGRAPH, SENTENCE)}
         self.sizes = self.costs = np.asarray(parts["tokens"].sizes)
 
     def __getitem__(self, index):
-        item = {name: self.parts[name][index] for name in HOTPOTQA_FILES}
+        item = {name: part[index] for name, part in self.parts.items()}
         item["offsets"] = item["offsets"].view(-1, 2)
         return {"id": index, **item}
 
@@ -80,24 +89,34 @@ class HotpotqaDataset(ItemsDataset):
         question = positions <= (tokens == self.ids[QUESTION_END]).int().argmax(dim=1, keepdim=True)
         paragraphs, sentences = tokens == self.ids[PARAGRAPH], tokens == self.ids[SENTENCE]
         char_starts = data_utils.collate_tokens([s["offsets"][:, 0] for s in samples], -1, left_pad=False)
-        width = max(1, max(len(s["starts"]) for s in samples))
-        starts, ends = (torch.full((len(samples), width), -1, dtype=torch.long) for _ in range(2))
-        for row, sample in enumerate(samples):
-            starts[row, : len(sample["starts"])] = sample["starts"]
-            ends[row, : len(sample["ends"])] = sample["ends"]
+        labels = self.labels(samples, paragraphs, sentences) if self.labelled else {}
         return self.batch(
             samples,
             tokens,
             question | paragraphs | sentences,
             answer_mask=char_starts >= 0,
-            starts=starts,
-            ends=ends,
-            qtype=torch.cat([s["qtype"] for s in samples]).long(),
             paragraph_mask=paragraphs,
             sentence_mask=sentences,
-            paragraph_labels=scatter_labels(paragraphs, [s["paragraphs"] for s in samples]),
-            sentence_labels=scatter_labels(sentences, [s["sentences"] for s in samples]),
+            **labels,
         )
+
+    @staticmethod
+    def labels(samples, paragraphs: torch.Tensor, sentences: torch.Tensor) -> dict:
+        """The batch's labels: ``starts``/``ends`` ``(B, K)`` (-1 padded), ``qtype`` ``(B,)``,
+        and the 0/1 ``paragraph_labels``/``sentence_labels`` ``(B, T)`` at the ``[p]``/``[s]``
+        tokens that ``paragraphs``/``sentences`` (``(B, T)`` bool) mark."""
+        width = max(1, max(len(s["starts"]) for s in samples))
+        starts, ends = (torch.full((len(samples), width), -1, dtype=torch.long) for _ in range(2))
+        for row, sample in enumerate(samples):
+            starts[row, : len(sample["starts"])] = sample["starts"]
+            ends[row, : len(sample["ends"])] = sample["ends"]
+        return {
+            "starts": starts,
+            "ends": ends,
+            "qtype": torch.cat([s["qtype"] for s in samples]).long(),
+            "paragraph_labels": scatter_labels(paragraphs, [s["paragraphs"] for s in samples]),
+            "sentence_labels": scatter_labels(sentences, [s["sentences"] for s in samples]),
+        }
 
 
 @register_task("longformer_hotpotqa", dataclass=HotpotqaConfig)
@@ -113,8 +132,17 @@ class HotpotqaTask(TokenHeadTask):
             SENTENCE_HEAD: EvidenceScorer(model.embed_dim),
         }
 
-    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        parts = self.load_parts(split, HOTPOTQA_FILES)
+    def load_dataset(self, split, epoch=1, combine=False, allow_unlabelled=False, **kwargs):
+        """Load ``split``; one prepared without labels only with ``allow_unlabelled`` (to
+        predict it): training and validation need them."""
+        parts = self.load_parts(split, INPUT_FILES)
+        if Path(self.cfg.data, f"{split}.qtype.idx").is_file():  # load_parts names any other one missing
+            parts |= self.load_parts(split, LABEL_FILES)
+        elif not allow_unlabelled:
+            raise ValueError(
+                f"{split}: {self.cfg.data} holds it without labels (prepared from a file without answers, as "
+                "HotpotQA's test set): predict it with eval-hotpotqa; train and validate on labelled splits"
+            )
         longest = int(np.max(parts["tokens"].sizes)) if len(parts["tokens"]) else 0
         if longest > self.cfg.max_positions:
             raise ValueError(
