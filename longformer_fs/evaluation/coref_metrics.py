@@ -27,9 +27,14 @@ a reference implementation"), which this module follows:
 - A corpus score is not a mean of document scores: each metric's numerators and
   denominators are summed over documents (:class:`Score` adds, :class:`CorefEvaluator`
   accumulates), then divided.
-- A mention repeated within an entity counts once; a mention repeated across entities of
-  one side stays in the first entity that holds it (the scorer's de-duplication, its test
-  cases TC-A-7 to TC-A-9). An entity left empty is dropped.
+- A response that repeats a mention (:func:`normalize_response`, the scorer's
+  ``IdentifMentions``): a mention the key holds stays where it first occurs and is removed
+  from wherever it occurs again, in its own entity or a later one (the scorer's test cases
+  TC-A-7 to TC-A-9); a mention the key lacks stays at every occurrence, and each
+  occurrence counts in the size of the entity holding it. An entity left empty is dropped.
+  (v8.01 also stops, refusing to score, once a run has removed more than 10 repeats; this
+  module scores such a run.) A key's repeats are removed by :func:`normalize_clusters`:
+  a mention counts once, in the first entity that holds it.
 - A ratio with a zero denominator is 0, and so is F1 when precision and recall are both 0.
 
 Singletons: OntoNotes annotates no singleton entities, so CoNLL-2012 keys hold none and
@@ -56,6 +61,7 @@ except ImportError:  # pragma: no cover - the project's environment has scipy
 __all__ = [
     "METRICS",
     "CorefEvaluator",
+    "Repeat",
     "Score",
     "b_cubed",
     "ceaf_e",
@@ -63,6 +69,7 @@ __all__ = [
     "max_weight_assignment",
     "muc",
     "normalize_clusters",
+    "normalize_response",
     "score_document",
 ]
 
@@ -142,6 +149,62 @@ def normalize_clusters(clusters: Iterable[Cluster], drop_singletons: bool = Fals
     return entities
 
 
+@dataclass(frozen=True)
+class Repeat:
+    """A further occurrence of a response mention that the key lacks (:func:`normalize_response`).
+
+    Attributes:
+        mention: the mention repeated.
+        occurrence: 1 for its second occurrence in the response, 2 for its third, ...
+    """
+
+    mention: Mention
+    occurrence: int
+
+
+def normalize_response(clusters: Iterable[Cluster], key: Sequence[frozenset]) -> list[frozenset]:
+    """Response entities as sets, scored against ``key`` as the reference scorer scores them.
+
+    Args:
+        clusters: the response's clusters, each a sequence of mentions.
+        key: the key's entities, as :func:`normalize_clusters` returns them.
+
+    Returns:
+        The entities in input order. A mention that some key entity holds is kept at its
+        first occurrence (clusters in order, each cluster's mentions in order) and removed
+        from every later one. A mention that no key entity holds is kept at every
+        occurrence: the first as itself, each later one as a :class:`Repeat`, so that it
+        counts in its entity's size. Entities left empty are dropped.
+    """
+    # CorScorer.pm v8.01 (IdentifMentions) walks the response once, removing a mention when
+    # it already carries an id, and gives ids in that walk only to mentions found in the
+    # key; the mentions the key lacks get their ids after it, one id per span. So a repeated
+    # key mention survives only at its first occurrence, while a repeated twinless mention
+    # survives everywhere, every occurrence under the one id. MUC, B³ and CEAF-φ4 only ever
+    # match a twinless id against the key, which lacks it, so what its repeats change is
+    # the size of the response entities holding them (MUC's links |R| - 1, B³'s |R|, φ4's
+    # |R|) and which entities are left non-empty; a Repeat, a member no key entity holds,
+    # has exactly those effects.
+    in_key = set().union(*key)
+    placed: set = set()  # key mentions already kept in a response entity
+    occurrences: Counter = Counter()  # twinless mention -> occurrences so far
+    entities = []
+    for cluster in clusters:
+        entity = set()
+        for mention in cluster:
+            if mention in in_key:
+                if mention not in placed:
+                    placed.add(mention)
+                    entity.add(mention)
+            else:
+                seen = occurrences[mention]
+                entity.add(Repeat(mention, seen) if seen else mention)
+                occurrences[mention] = seen + 1
+        if entity:
+            entities.append(frozenset(entity))
+    return entities
+
+
 def _overlaps(key: Sequence[frozenset], response: Sequence[frozenset]) -> Counter:
     """``{(i, j): |key[i] ∩ response[j]|}`` for the pairs that share a mention."""
     entity_of = {mention: j for j, entity in enumerate(response) for mention in entity}
@@ -170,7 +233,8 @@ def _swap(overlaps: Counter) -> Counter:
 
 
 def muc(key: Sequence[frozenset], response: Sequence[frozenset]) -> Score:
-    """MUC (Vilain et al. 1995) of normalised entities (:func:`normalize_clusters`).
+    """MUC (Vilain et al. 1995) of normalised entities (:func:`normalize_clusters`,
+    :func:`normalize_response`).
 
     Singleton entities have no links: they change neither side's counts.
     """
@@ -280,7 +344,8 @@ def score_document(
 
     Args:
         key: the gold clusters, each a sequence of mentions (``(start, end)`` spans).
-        response: the predicted clusters, of mentions comparable with the key's.
+        response: the predicted clusters, of mentions comparable with the key's; a mention
+            repeated is scored as :func:`normalize_response` says.
         drop_key_singletons: drop one-mention key entities first, as CoNLL-2012's keys
             hold none (see the module's docstring); ``False`` scores the key as given.
 
@@ -288,7 +353,7 @@ def score_document(
         ``{"muc", "b_cubed", "ceaf_e"}`` to their :class:`Score`.
     """
     key_entities = normalize_clusters(key, drop_singletons=drop_key_singletons)
-    response_entities = normalize_clusters(response)
+    response_entities = normalize_response(response, key_entities)
     return {name: _METRIC_FUNCTIONS[name](key_entities, response_entities) for name in METRICS}
 
 
