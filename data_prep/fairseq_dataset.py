@@ -259,6 +259,11 @@ class MmapWriter:
     def finalize(self) -> None:
         """Close the data file and write the index: the header, the item count, each item's
         size (int32) and byte offset (int64)."""
+        if self._data.tell() == 0:
+            # fairseq maps the .bin whole and cannot map an empty file, which a dataset of
+            # empty items is (the gold positions of a split without answers): one element
+            # past the last item, which no item reads.
+            self._data.write(np.zeros(1, dtype=self.dtype).tobytes())
         self._data.close()
         sizes = np.frombuffer(self._sizes, dtype=np.int32)
         offsets = np.zeros(len(sizes), dtype=np.int64)

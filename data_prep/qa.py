@@ -2,21 +2,38 @@
 
 Two input formats (``--format``):
 
-- ``triviaqa``: TriviaQA's JSON, Wikipedia setting: ``{"Data": [{"QuestionId", "Question",
-  "Answer": {"Aliases": [...], "Value", ...}, "EntityPages": [{"Filename"}, ...]}, ...]}``
-  with each page's text in ``EVIDENCE/wikipedia/<Filename>``. One example per (question,
-  entity page), id ``"<QuestionId>--<Filename>"``. TriviaQA's official Wikipedia
-  evaluation scores questions, not pages: a question's prediction is the best-scoring one
-  among the examples whose id starts with ``"<QuestionId>--"``. There is no gold span:
-  every occurrence of every alias in the page is one (distant supervision), matched on
-  the normalised text (:func:`normalized_words`) and recorded in original characters.
-  The answers written are the aliases as given, plus ``Value`` when it is not one of them.
+- ``triviaqa``: a JSON file of TriviaQA's reading-comprehension release, as it comes
+  (``qa/wikipedia-train.json``, ``qa/verified-web-dev.json``, ``qa/*-test-without-answers.json``
+  ...): ``{"Domain", "VerifiedEval", "Version", "Split", "Data": [{"QuestionId",
+  "Question", "Answer": {"Aliases": [...], "Value", ...}, "EntityPages": [{"Filename", ...}],
+  "SearchResults": [{"Filename", ...}], ...}]}``, with the documents' text in the evidence
+  directory: ``EVIDENCE/wikipedia/<Filename>`` for an entity page, ``EVIDENCE/web/<Filename>``
+  for a search result. One example per (question, document), id
+  ``"<QuestionId>--<Filename>"``. A ``Wikipedia`` file's documents are its entity pages;
+  a ``Web`` file's are its entity pages and its search results, as TriviaQA's own reader
+  (``utils/dataset_utils.py``) takes them. There is no gold span: every occurrence of
+  every alias in the document is one (distant supervision), matched on the normalised
+  text (:func:`normalized_words`) and recorded in original characters. The answers
+  written are the aliases as given, plus ``Value`` and any ``HumanAnswers`` (which the
+  official script scores against too) that are not among them.
 - ``squad``: ``{"data": [{"paragraphs": [{"context", "qas": [{"id", "question",
   "answers": [{"text", "answer_start"}], "is_impossible"?}]}]}]}``; the gold spans are
   the given ones (``is_impossible`` questions have none).
 
+TriviaQA's official evaluation (``evaluation/triviaqa_evaluation.py``) scores one answer
+per key: the ``QuestionId`` in the Wikipedia domain (a question's answer is the best one
+over its entity pages), ``"<QuestionId>--<Filename>"`` (the example) in the Web domain;
+each example records its key (SQuAD: its id). A file with ``"VerifiedEval": true``
+(``verified-*-dev.json``) is read as that script reads it: only the questions whose
+``QuestionPartOfVerifiedEval`` is true, and in the Web domain only their documents whose
+``DocPartOfVerifiedEval`` is true. A file without answers (``*-test-without-answers.json``:
+no ``Answer`` in any question) is written as any valid or test split, with no gold
+position, for ``eval-qa`` to write the answers to submit; it cannot be a train split.
+Questions and documents left out (:data:`NO_EVIDENCE`: no document to read;
+:data:`NOT_VERIFIED`) are counted by reason in the stats, the first few named.
+
 The splits are given files, or one input (``input``) that :func:`~.splits.assign_splits`
-cuts by question (TriviaQA: its ``QuestionId``, so a question's entity pages share a
+cuts by question (TriviaQA: its ``QuestionId``, so a question's documents share a
 split) or by article (SQuAD: its title), valid and test getting their fractions and at
 least one each.
 
@@ -37,7 +54,9 @@ starts, ends and offsets stored as int32)::
     {split}.offsets.{bin,idx}     per window: 2 * len(window) int32, the context characters
                                   [start, end) of each token; -1 -1 for <s>, question and </s>
     {split}.windows.jsonl         per window: {"id", "window": k, "question_tokens"}
-    {split}.examples.jsonl        per example: {"id", "question", "answers", "context"}
+    {split}.examples.jsonl        per example: {"id", "key", "question", "answers", "context"};
+                                  "key": its key in the official evaluation; "answers": null
+                                  when the input gives none
     stats.json, prep.json
 
 An example with no gold span wholly inside any of its windows (the answer is not in the
@@ -58,7 +77,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -76,7 +95,20 @@ from .subword import SubwordEncoder, SubwordSpec
 KIND = "qa"
 FORMATS = ("triviaqa", "squad")
 ITEM_FILES = ("tokens", "starts", "ends", "offsets")
+# The fields of {split}.examples.jsonl. The manifest records them: a directory written with
+# other fields is prepared again, not taken as up to date.
+EXAMPLE_FIELDS = ("id", "key", "question", "answers", "context")
 BATCH_EXAMPLES = 16  # examples per tokenizer call (the Rust tokenizer parallelises within a call)
+
+# TriviaQA: the document lists each domain's questions are read from (as its own reader
+# takes them), and the directory of the evidence each list's files are in.
+DOCUMENT_LISTS = {"Wikipedia": ("EntityPages",), "Web": ("EntityPages", "SearchResults")}
+EVIDENCE_DIRS = {"EntityPages": "wikipedia", "SearchResults": "web"}
+SEPARATOR = "--"  # "<QuestionId>--<Filename>": an example's id, and its key in the Web domain's evaluation
+# Why a TriviaQA question or document is left out, as the stats and the report name it.
+NO_EVIDENCE = "without evidence"  # no document listed (in a verified file: none verified)
+NOT_VERIFIED = "outside the verified evaluation"
+REPORTED = 20  # dropped questions and documents named in stats.json
 
 # ---------------------------------------------------------------- answer normalisation
 
@@ -127,15 +159,49 @@ class QaExample:
 
     Attributes:
         id: unique within its split.
-        answers: the gold answers as given (TriviaQA: its aliases).
+        key: what the dataset's official evaluation scores it under; examples sharing a
+            key are answered once, by the best of their predictions (TriviaQA's Wikipedia
+            domain: the ``QuestionId``; otherwise the id).
+        answers: the gold answers as given (TriviaQA: its aliases); None when the input
+            gives none (a test file released without answers).
         spans: gold character spans ``[start, end)`` in ``context``, sorted and distinct.
     """
 
     id: str
+    key: str
     question: str
-    answers: tuple[str, ...]
+    answers: tuple[str, ...] | None
     context: str
     spans: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A question or document of the input left out: where it is, and why."""
+
+    origin: str
+    reason: str
+
+
+@dataclass
+class QaInput:
+    """One input file, read and checked.
+
+    Attributes:
+        groups: per example, what splitting keeps together (TriviaQA: its question id;
+            SQuAD: its article).
+        examples: the examples, in input order (TriviaQA reads each document as its
+            example is taken).
+        answered: False for a file that gives no answers (TriviaQA's
+            ``*-test-without-answers.json``).
+        dropped_questions, dropped_documents: what the file holds that no example comes from.
+    """
+
+    groups: list[str]
+    examples: Iterator[QaExample]
+    answered: bool = True
+    dropped_questions: list[Dropped] = field(default_factory=list)
+    dropped_documents: list[Dropped] = field(default_factory=list)
 
 
 def _field(obj, key: str, kind: type | tuple[type, ...], where: str):
@@ -168,48 +234,83 @@ def _unique_ids(ids: Iterable[tuple[str, str]], path: Path) -> None:
         seen.add(example_id)
 
 
-def read_triviaqa(path: Path, evidence: Path) -> tuple[list[str], Iterator[QaExample]]:
-    """TriviaQA (Wikipedia setting): each example's question id (its group for splitting), and the examples.
+def _triviaqa_answers(entry: dict, where: str) -> tuple[str, ...]:
+    """A question's aliases, then its ``Value`` and ``HumanAnswers`` that are not among them."""
+    answer = _field(entry, "Answer", dict, where)
+    answers = _strings(answer, "Aliases", f"{where}: Answer")
+    value = answer.get("Value")
+    extra = [value] if isinstance(value, str) else []
+    if "HumanAnswers" in answer:
+        extra += _strings(answer, "HumanAnswers", f"{where}: Answer")
+    for text in extra:
+        if text not in answers:
+            answers.append(text)
+    return tuple(answers)
+
+
+def read_triviaqa(path: Path, evidence: Path) -> QaInput:
+    """A file of TriviaQA's release, with each example's question id as its group.
 
     The whole file's structure and every evidence file's existence are checked before
-    the first example is yielded; page texts are read as the examples are.
+    the first example is yielded; documents are read as the examples are. A file without
+    ``Domain`` (written by hand) is read as the Wikipedia domain.
     """
-    path, pages_dir = Path(path), Path(evidence) / "wikipedia"
-    data = _field(load_json(path), "Data", list, str(path))
-    checked = []  # (example id, where, question, answers, page file)
+    path = Path(path)
+    release = load_json(path)
+    data = _field(release, "Data", list, str(path))
+    domain = _field(release, "Domain", str, str(path)) if "Domain" in release else "Wikipedia"
+    if domain not in DOCUMENT_LISTS:
+        raise PrepError(f"{path}: Domain is {domain!r}; TriviaQA's domains are {' and '.join(DOCUMENT_LISTS)}")
+    verified = _field(release, "VerifiedEval", bool, str(path)) if "VerifiedEval" in release else False
+    # A test file gives no question an answer; in any other file a missing one is an error.
+    answered = any(isinstance(entry, dict) and "Answer" in entry for entry in data)
+    checked = []  # (example id, key, where, question, answers, document file, question id)
+    questions_out, documents_out = [], []
     for i, entry in enumerate(data):
         where = f"{path}: Data[{i}]"
         qid = _field(entry, "QuestionId", str, where)
         where = f"{where} (QuestionId {qid})"
+        if verified and not _field(entry, "QuestionPartOfVerifiedEval", bool, where):
+            questions_out.append(Dropped(where, NOT_VERIFIED))
+            continue
         question = _field(entry, "Question", str, where)
-        answer = _field(entry, "Answer", dict, where)
-        answers = _strings(answer, "Aliases", f"{where}: Answer")
-        value = answer.get("Value")
-        if isinstance(value, str) and value not in answers:
-            answers = answers + [value]
-        for k, page in enumerate(_field(entry, "EntityPages", list, where)):
-            filename = _field(page, "Filename", str, f"{where}: EntityPages[{k}]")
-            file = pages_dir / filename
-            if not file.is_file():
-                raise PrepError(f"{where}: EntityPages[{k}]: evidence file {file} not found")
-            checked.append((f"{qid}--{filename}", where, question, tuple(answers), file, qid))
-    _unique_ids(((c[0], c[1]) for c in checked), path)
+        answers = _triviaqa_answers(entry, where) if answered else None
+        documents = []
+        for listed in DOCUMENT_LISTS[domain]:
+            for k, document in enumerate(_field(entry, listed, list, where) if listed in entry else []):
+                origin = f"{where}: {listed}[{k}]"
+                filename = _field(document, "Filename", str, origin)
+                # The Wikipedia domain scores a question, whatever its pages' flags say.
+                if verified and domain == "Web" and not _field(document, "DocPartOfVerifiedEval", bool, origin):
+                    documents_out.append(Dropped(f"{origin} ({filename})", NOT_VERIFIED))
+                    continue
+                file = Path(evidence) / EVIDENCE_DIRS[listed] / filename
+                if not file.is_file():
+                    raise PrepError(f"{origin}: evidence file {file} not found")
+                documents.append((filename, file))
+        if not documents:
+            questions_out.append(Dropped(where, NO_EVIDENCE))
+        for filename, file in documents:
+            example_id = f"{qid}{SEPARATOR}{filename}"
+            key = qid if domain == "Wikipedia" else example_id
+            checked.append((example_id, key, where, question, answers, file, qid))
+    _unique_ids(((c[0], c[2]) for c in checked), path)
 
     def examples() -> Iterator[QaExample]:
-        for example_id, where, question, answers, file, _ in checked:
+        for example_id, key, where, question, answers, file, _ in checked:
             try:
                 context = file.read_text(encoding="utf-8")
             except UnicodeDecodeError:
                 raise PrepError(f"{where}: evidence file {file} is not UTF-8 text") from None
-            spans = tuple(find_answer_spans(context, answers))
-            yield QaExample(example_id, question, answers, context, spans)
+            spans = tuple(find_answer_spans(context, answers or ()))
+            yield QaExample(example_id, key, question, answers, context, spans)
 
-    return [c[-1] for c in checked], examples()
+    return QaInput([c[-1] for c in checked], examples(), answered, questions_out, documents_out)
 
 
-def read_squad(path: Path) -> tuple[list[str], Iterator[QaExample]]:
-    """SQuAD-style JSON: each example's article (its title, or its index without one: the
-    group for splitting), and the examples (with the given spans)."""
+def read_squad(path: Path) -> QaInput:
+    """SQuAD-style JSON: the examples, with the given spans, each keyed by its id; its
+    group for splitting is its article (the title, or the article's index without one)."""
     path = Path(path)
     examples = []
     for a, article in enumerate(_field(load_json(path), "data", list, str(path))):
@@ -235,11 +336,12 @@ def read_squad(path: Path) -> tuple[list[str], Iterator[QaExample]]:
                     if text not in answers:
                         answers.append(text)
                     spans.add((start, start + len(text)))
-                examples.append(
-                    (QaExample(str(example_id), question, tuple(answers), context, tuple(sorted(spans))), where, group)
+                example = QaExample(
+                    str(example_id), str(example_id), question, tuple(answers), context, tuple(sorted(spans))
                 )
+                examples.append((example, where, group))
     _unique_ids(((e.id, where) for e, where, _ in examples), path)
-    return [group for _, _, group in examples], (e for e, _, _ in examples)
+    return QaInput([group for _, _, group in examples], (e for e, _, _ in examples))
 
 
 # ---------------------------------------------------------------- windows
@@ -354,7 +456,7 @@ class QaPrepConfig:
 
     Attributes:
         files: split name (``train``/``valid``/``test``) -> input JSON; empty when ``input`` is split.
-        evidence: TriviaQA's evidence directory (holding ``wikipedia/``).
+        evidence: TriviaQA's evidence directory (holding ``wikipedia/`` and ``web/``).
         max_tokens: the most tokens in a window, ``<s>`` and both ``</s>`` included.
         doc_stride: None: truncate each document; N: overlapping windows N tokens apart.
         input: one input JSON to split by ``valid_fraction``/``test_fraction``.
@@ -374,7 +476,7 @@ class QaPrepConfig:
 @dataclass
 class QaSplitStats:
     """Counts of one split. Every example read ends in exactly one of ``answer_found``,
-    ``answer_not_in_text`` and ``answer_in_no_window``.
+    ``answer_not_in_text``, ``answer_in_no_window`` and ``answer_not_given``.
 
     Attributes:
         examples: examples read.
@@ -383,6 +485,8 @@ class QaSplitStats:
         answer_not_in_text: examples none of whose answers occurs in the text.
         answer_in_no_window: in the text, but wholly inside no window (truncated away, or
             cut by the window edges).
+        answer_not_given: examples of an input without answers (a test file): written
+            with no gold position, and not scored.
         skipped: train examples without a found answer: not written (the other splits
             keep them, for scoring).
         occurrences: gold character spans, summed over the examples read.
@@ -395,6 +499,7 @@ class QaSplitStats:
     answer_found: int = 0
     answer_not_in_text: int = 0
     answer_in_no_window: int = 0
+    answer_not_given: int = 0
     skipped: int = 0
     occurrences: int = 0
     truncated_documents: int = 0
@@ -413,6 +518,7 @@ def input_manifest(cfg: QaPrepConfig) -> dict:
         "max_tokens": cfg.max_tokens,
         "doc_stride": cfg.doc_stride,
         "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
+        "example_fields": list(EXAMPLE_FIELDS),
     }
 
 
@@ -433,53 +539,87 @@ def _check_config(cfg: QaPrepConfig) -> None:
     check_split_inputs(cfg.files, cfg.input, cfg.valid_fraction, cfg.test_fraction)
     if cfg.format == "triviaqa":
         if cfg.evidence is None:
-            raise PrepError("--evidence: required with --format triviaqa (the directory holding wikipedia/)")
-        if not (Path(cfg.evidence) / "wikipedia").is_dir():
-            raise PrepError(f"--evidence: {cfg.evidence} has no wikipedia/ directory")
+            raise PrepError("--evidence: required with --format triviaqa (the directory holding wikipedia/ and web/)")
+        if not any((Path(cfg.evidence) / name).is_dir() for name in EVIDENCE_DIRS.values()):
+            raise PrepError(
+                f"--evidence: {cfg.evidence} has neither a wikipedia/ nor a web/ directory; give the release's "
+                "evidence/ directory"
+            )
     if cfg.max_tokens < 4:
         raise PrepError(f"--max-tokens: must be at least 4, got {cfg.max_tokens}")
     if cfg.doc_stride is not None and cfg.doc_stride < 1:
         raise PrepError(f"--doc-stride: must be at least 1, got {cfg.doc_stride}")
 
 
-def read_examples(cfg: QaPrepConfig, path: Path) -> tuple[list[str], Iterator[QaExample]]:
-    """Each example's group (what splitting keeps together), and the examples, of one input file."""
+def read_examples(cfg: QaPrepConfig, path: Path) -> QaInput:
+    """One input file, read and checked, in ``cfg.format``."""
     if cfg.format == "triviaqa":
         return read_triviaqa(path, cfg.evidence)
     return read_squad(path)
 
 
-def placed_examples(cfg: QaPrepConfig) -> tuple[dict[str, tuple[Path, int]], Iterator[tuple[str, QaExample]]]:
+def _no_example(option: str, path: Path, read: QaInput) -> PrepError:
+    """The error of an input that yields no example, with what it left out."""
+    left_out = Counter(d.reason for d in read.dropped_questions)
+    why = ", ".join(f"{n} {reason}" for reason, n in left_out.items())
+    return PrepError(f"{option}: {path} holds no example" + (f" (questions dropped: {why})" if why else ""))
+
+
+def _without_answers(option: str, path: Path) -> PrepError:
+    return PrepError(
+        f"{option}: {path} gives no question an answer (a test file, such as wikipedia-test-without-answers.json); "
+        "give it as --test (or --valid), for eval-qa to write its predicted answers"
+    )
+
+
+def placed_examples(
+    cfg: QaPrepConfig,
+) -> tuple[dict[str, tuple[Path, int]], Iterator[tuple[str, QaExample]], dict[str, list[Dropped]]]:
     """Every example with its split, in input order.
 
-    Every input file is read and checked first.
+    Every input file is read and checked first. An input without answers can only be
+    a valid or test split: it is an error as ``--train``, or as the ``--input`` to split.
 
     Returns:
         Per split, in :data:`SPLITS` order: the file its examples come from and how many
-        there are; and the ``(split, example)`` pairs.
+        there are; the ``(split, example)`` pairs; and the questions and documents the
+        inputs hold that no example comes from (``{"questions": [...], "documents": [...]}``).
     """
     if cfg.input is None:
         read = {split: read_examples(cfg, cfg.files[split]) for split in SPLITS if split in cfg.files}
-        for split, (groups, _) in read.items():
-            if not groups:
-                raise PrepError(f"--{split}: {cfg.files[split]} holds no example")
-        splits = {split: (cfg.files[split], len(groups)) for split, (groups, _) in read.items()}
-        return splits, ((split, example) for split, (_, examples) in read.items() for example in examples)
-    groups, examples = read_examples(cfg, cfg.input)
-    if not groups:
-        raise PrepError(f"--input: {cfg.input} holds no example")
-    placed = [
-        SPLITS[s]
-        for s in assign_splits(
-            [split_key(group.encode("utf-8")) for group in groups],
-            cfg.valid_fraction,
-            cfg.test_fraction,
-            unit="questions" if cfg.format == "triviaqa" else "articles",
-            remedy=FRACTIONS_REMEDY,
-        )
-    ]
-    counts = Counter(placed)
-    return {split: (cfg.input, counts[split]) for split in SPLITS if counts[split]}, zip(placed, examples, strict=True)
+        for split, inputs in read.items():
+            if not inputs.groups:
+                raise _no_example(f"--{split}", cfg.files[split], inputs)
+            if split == "train" and not inputs.answered:
+                raise _without_answers("--train", cfg.files[split])
+        splits = {split: (cfg.files[split], len(inputs.groups)) for split, inputs in read.items()}
+        placed = ((split, example) for split, inputs in read.items() for example in inputs.examples)
+        inputs_read = list(read.values())
+    else:
+        inputs = read_examples(cfg, cfg.input)
+        if not inputs.groups:
+            raise _no_example("--input", cfg.input, inputs)
+        if not inputs.answered:
+            raise _without_answers("--input", cfg.input)
+        placement = [
+            SPLITS[s]
+            for s in assign_splits(
+                [split_key(group.encode("utf-8")) for group in inputs.groups],
+                cfg.valid_fraction,
+                cfg.test_fraction,
+                unit="questions" if cfg.format == "triviaqa" else "articles",
+                remedy=FRACTIONS_REMEDY,
+            )
+        ]
+        counts = Counter(placement)
+        splits = {split: (cfg.input, counts[split]) for split in SPLITS if counts[split]}
+        placed = zip(placement, inputs.examples, strict=True)
+        inputs_read = [inputs]
+    dropped = {
+        "questions": [d for inputs in inputs_read for d in inputs.dropped_questions],
+        "documents": [d for inputs in inputs_read for d in inputs.dropped_documents],
+    }
+    return splits, placed, dropped
 
 
 class _QaSplit:
@@ -487,7 +627,7 @@ class _QaSplit:
     naming each window's example), ``examples.jsonl`` for evaluation, and its counts."""
 
     def __init__(self, directory: Path, split: str, dictionary_size: int):
-        self.split = split
+        self.directory, self.split = directory, split
         fields = {"tokens": dictionary_size, **{name: SplitFiles.SIGNED for name in ITEM_FILES[1:]}}
         self.windows = SplitFiles(directory, split, fields, listing="windows")
         self.examples = open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8")
@@ -503,6 +643,8 @@ class _QaSplit:
         st.truncated_documents += truncated
         if found:
             st.answer_found += 1
+        elif example.answers is None:
+            st.answer_not_given += 1
         elif example.spans:
             st.answer_in_no_window += 1
         else:
@@ -515,17 +657,21 @@ class _QaSplit:
             items = {"starts": window.starts, "ends": window.ends, "offsets": window.offsets.reshape(-1)}
             self.windows.add(row, len(window.tokens), tokens=window.tokens, **items)
         st.windows += len(windows)
-        record = {"id": example.id, "question": example.question, "answers": list(example.answers)}
-        self.examples.write(json.dumps({**record, "context": example.context}, ensure_ascii=False) + "\n")
+        answers = list(example.answers) if example.answers is not None else None
+        values = (example.id, example.key, example.question, answers, example.context)
+        self.examples.write(json.dumps(dict(zip(EXAMPLE_FIELDS, values, strict=True)), ensure_ascii=False) + "\n")
 
     def close(self) -> None:
         self.windows.close()
         self.examples.close()
 
 
-def _write_examples(cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path) -> dict[str, QaSplitStats]:
-    """Tokenize, window and write every example into its split's files; returns each split's counts."""
-    sources, placed = placed_examples(cfg)
+def _write_examples(
+    cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path
+) -> tuple[dict[str, QaSplitStats], dict[str, list[Dropped]]]:
+    """Tokenize, window and write every example into its split's files; returns each
+    split's counts, and what the inputs left out (:func:`placed_examples`)."""
+    sources, placed, dropped = placed_examples(cfg)
     files = {split: _QaSplit(directory, split, encoder.dictionary_size) for split in sources}
     with tqdm(total=sum(n for _, n in sources.values()), desc="tokenize+window", unit=" examples") as bar:
         for batch in batched(placed, BATCH_EXAMPLES):
@@ -554,7 +700,17 @@ def _write_examples(cfg: QaPrepConfig, encoder: SubwordEncoder, directory: Path)
             f"not in the text, {train.answer_in_no_window} cut away by --max-tokens or the window edges); "
             "nothing to train on"
         )
-    return {split: split_files.stats for split, split_files in files.items()}
+    return {split: split_files.stats for split, split_files in files.items()}, dropped
+
+
+def dropped_record(dropped: list[Dropped]) -> dict:
+    """The stats' account of inputs left out: ``{"count", "by_reason", "examples"}``, the
+    first :data:`REPORTED` of them named by ``origin`` and ``reason``."""
+    return {
+        "count": len(dropped),
+        "by_reason": dict(Counter(d.reason for d in dropped)),
+        "examples": [asdict(d) for d in dropped[:REPORTED]],
+    }
 
 
 def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> dict:
@@ -568,9 +724,16 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
         return previous
 
     with Staging(out) as staging:
-        splits = {split: asdict(st) for split, st in _write_examples(cfg, encoder, staging.dir).items()}
+        stats, dropped = _write_examples(cfg, encoder, staging.dir)
         encoder.write_dictionary(staging.dir / "dict.txt")
-        result = {"format": cfg.format, "max_tokens": cfg.max_tokens, "doc_stride": cfg.doc_stride, "splits": splits}
+        result = {
+            "format": cfg.format,
+            "max_tokens": cfg.max_tokens,
+            "doc_stride": cfg.doc_stride,
+            "splits": {split: asdict(st) for split, st in stats.items()},
+            "questions_dropped": dropped_record(dropped["questions"]),
+            "documents_dropped": dropped_record(dropped["documents"]),
+        }
         staging.publish(KIND, inputs, stats=result, owned=outputs, counted=("windows",))
     return result
 
@@ -585,6 +748,7 @@ def stats_table(result: dict) -> str:
             "found",
             "not in text",
             "in no window",
+            "no answer given",
             "skipped",
             "occurrences/example",
             "truncated docs",
@@ -599,6 +763,7 @@ def stats_table(result: dict) -> str:
                 f"{st['answer_found']:,}",
                 f"{st['answer_not_in_text']:,}",
                 f"{st['answer_in_no_window']:,}",
+                f"{st['answer_not_given']:,}",
                 f"{st['skipped']:,}",
                 f"{st['occurrences'] / st['examples'] if st['examples'] else 0:.2f}",
                 f"{st['truncated_documents']:,}",

@@ -1,13 +1,14 @@
-"""``longformer-fs prep qa``: TriviaQA or SQuAD-style JSON as windows with gold answer positions."""
+"""``longformer-fs prep qa``: TriviaQA's release or SQuAD-style JSON as windows with gold answer positions."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Iterator
 
 from data_prep.qa import FORMATS, QaPrepConfig, prepare_qa, stats_table
 
-from .options import add_output_arguments, add_split_arguments, config_from_args, run_preparation
+from .options import add_output_arguments, add_split_arguments, config_from_args, dropped_report, run_preparation
 from .subword_options import add_subword_arguments
 
 
@@ -16,11 +17,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Tokenize questions and contexts with character offsets and write, per split, one item per model "
         "input window '<s> question </s> document </s>': {split}.tokens, the gold start/end token positions "
         "({split}.starts, {split}.ends), each token's context characters ({split}.offsets), plus "
-        "{split}.windows.jsonl and {split}.examples.jsonl for evaluation. TriviaQA (Wikipedia setting): one "
-        "example per (question, entity page), gold spans are every occurrence of every answer alias in the "
-        "page, matched after normalisation. SQuAD: the given spans. Examples whose answer is in no window are "
-        "skipped in train and kept in valid/test. The manifest records the format, so eval-qa scores answers by "
-        "that dataset's official convention. Rerunning with the same inputs does nothing."
+        "{split}.windows.jsonl and {split}.examples.jsonl for evaluation. TriviaQA: the release's qa/*.json "
+        "files as they come; one example per (question, document), the documents being a Wikipedia file's "
+        "entity pages (evidence/wikipedia/) and a Web file's entity pages and search results (evidence/web/); "
+        "gold spans are every occurrence of every answer alias in the document, matched after normalisation. "
+        "A verified file (verified-*-dev.json) keeps only what the official script scores; a test file without "
+        "answers is written without gold positions, for eval-qa to predict; questions without evidence are "
+        "counted and dropped. SQuAD: the given spans. Examples whose answer is in no window are skipped in train "
+        "and kept in valid/test. The manifest records the format, so eval-qa scores answers by that dataset's "
+        "official convention. Rerunning with the same inputs does nothing."
     )
     parser.add_argument("--format", choices=FORMATS, required=True, help="the input JSON's format")
     add_split_arguments(
@@ -30,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "questions (TriviaQA) or articles (SQuAD)",
     )
     parser.add_argument(
-        "--evidence", type=Path, help="TriviaQA's evidence directory (holding wikipedia/<Filename>); triviaqa only"
+        "--evidence",
+        type=Path,
+        help="TriviaQA's evidence directory, holding wikipedia/<Filename> (entity pages) and web/<Filename> (search "
+        "results); triviaqa only",
     )
     add_subword_arguments(parser)
     parser.add_argument(
@@ -49,5 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_arguments(parser)
 
 
+def report(result: dict) -> Iterator[str]:
+    """TriviaQA's questions and documents that gave no example, by reason."""
+    if result["format"] == "triviaqa":
+        yield from dropped_report("questions dropped:", result["questions_dropped"])
+        yield from dropped_report("documents dropped:", result["documents_dropped"])
+
+
 def main(args: argparse.Namespace) -> int:
-    return run_preparation(prepare_qa, config_from_args(QaPrepConfig, args), args, stats_table)
+    return run_preparation(prepare_qa, config_from_args(QaPrepConfig, args), args, stats_table, report)

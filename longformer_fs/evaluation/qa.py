@@ -4,15 +4,22 @@ Every window of an example is read by the model (question global, as in training
 example's answer is the best span over its windows (:mod:`.qa_spans`), cut from the
 original context through the window's character offsets, so the prediction is the text
 as written, never a detokenised guess. Answers are compared by the official convention of
-the dataset the split was prepared from, as its manifest records it. TriviaQA (Wikipedia
-setting) is also scored per question: a question's answer is the best-scoring one over
-its entity pages, whose example ids are ``"<QuestionId>--<page>"``.
+the dataset the split was prepared from, as its manifest records it.
+
+The official evaluation answers one prediction per key, which ``prep qa`` records with
+each example (``"key"`` in ``{split}.examples.jsonl``): TriviaQA's Wikipedia domain keys a
+question by its ``QuestionId`` (its answer is the best-scoring one over its entity pages,
+example ids ``"<QuestionId>--<Filename>"``), its Web domain and SQuAD key each example by
+its id. :func:`official_predictions` is the file those scripts read; :func:`score_split`
+scores the examples, and the keys as well where keys group examples (``"questions"``).
+A split prepared from a file without answers (TriviaQA's ``*-test-without-answers.json``)
+has ``"answers": null`` and cannot be scored, only predicted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,6 +30,8 @@ from .qa_metrics import NORMALIZATIONS, qa_scores
 from .qa_spans import SpanPrediction, best_span_over_windows
 
 TRIVIAQA_PAGE_SEPARATOR = "--"
+# What a key that groups several examples stands for: TriviaQA's Wikipedia questions.
+GROUPED_LEVEL = "questions"
 
 
 @dataclass(frozen=True)
@@ -94,32 +103,94 @@ def predict_answers(
     return predictions
 
 
-def best_per_question(predictions: dict[str, SpanPrediction | None]) -> dict[str, SpanPrediction | None]:
-    """TriviaQA: ``"<QuestionId>--<page>"`` predictions -> the best-scoring one per question."""
+def evaluation_key(example: Mapping, data_format: str) -> str:
+    """The key the official evaluation answers ``example`` under, as ``prep qa`` recorded it.
+
+    Splits prepared before keys were recorded are TriviaQA's Wikipedia domain, keyed by
+    question (the id before ``"--"``), or SQuAD, keyed by id.
+    """
+    if "key" in example:
+        return example["key"]
+    if data_format == "triviaqa":
+        return example["id"].split(TRIVIAQA_PAGE_SEPARATOR, 1)[0]
+    return example["id"]
+
+
+def evaluation_keys(examples: Sequence[Mapping], data_format: str) -> dict[str, str]:
+    """Example id -> :func:`evaluation_key`, in the examples' order."""
+    return {example["id"]: evaluation_key(example, data_format) for example in examples}
+
+
+def best_per_key(
+    predictions: Mapping[str, SpanPrediction | None], keys: Mapping[str, str]
+) -> dict[str, SpanPrediction | None]:
+    """Example id -> prediction, as key -> the best-scoring prediction of the key's
+    examples (``keys``: example id -> key), None only when none of them has one.
+    Predictions of examples not in ``keys`` are ignored."""
     best: dict[str, SpanPrediction | None] = {}
     for example, prediction in predictions.items():
-        question = example.split(TRIVIAQA_PAGE_SEPARATOR, 1)[0]
-        current = best.get(question)
+        key = keys.get(example)
+        if key is None:
+            continue
+        current = best.get(key)
         if current is None or (prediction is not None and prediction.score > current.score):
-            best[question] = prediction
+            best[key] = prediction
     return best
 
 
+def answer_texts(predictions: Mapping[str, SpanPrediction | None]) -> dict[str, str]:
+    """Each prediction's text, ``""`` where there is none (no window held document text)."""
+    return {k: (p.text if p is not None else "") for k, p in predictions.items()}
+
+
+def official_predictions(
+    predictions: Mapping[str, SpanPrediction | None], examples: Sequence[Mapping], data_format: str
+) -> dict[str, str]:
+    """The prediction file of the dataset's official evaluation: ``{key: answer text}``
+    over every key of ``examples`` (the split's ``examples.jsonl``), in their order; ``""``
+    for a key without a predicted answer.
+
+    TriviaQA's ``triviaqa_evaluation.py --prediction_file`` reads it (Wikipedia domain:
+    per ``QuestionId``; Web: per ``"<QuestionId>--<Filename>"``), as SQuAD's ``evaluate``
+    script does (per id).
+    """
+    keys = evaluation_keys(examples, data_format)
+    best = best_per_key(predictions, keys)
+    return {key: (best[key].text if best.get(key) is not None else "") for key in dict.fromkeys(keys.values())}
+
+
+def has_answers(examples: Sequence[Mapping]) -> bool:
+    """Whether any example of a split has gold answers to score against."""
+    return any(example["answers"] is not None for example in examples)
+
+
+def official_level(examples: Sequence[Mapping], data_format: str) -> str:
+    """The level the official evaluation scores: :data:`GROUPED_LEVEL` where keys group
+    examples (TriviaQA's Wikipedia questions), else ``"examples"``."""
+    grouped = any(evaluation_key(example, data_format) != example["id"] for example in examples)
+    return GROUPED_LEVEL if grouped else "examples"
+
+
 def score_split(task, split: str, predictions: dict[str, SpanPrediction | None], data_format: str) -> dict:
-    """Exact match and F1 (percent) over every example of the split, and per question for
-    TriviaQA; ``"normalization"`` names the convention used, ``data_format``'s
-    (:func:`data_prep.qa.prepared_format`). An example with no prediction scores 0, as do
-    unanswerable ones."""
+    """Exact match and F1 (percent) over the examples of the split with answers, and over
+    their keys where keys group examples (TriviaQA's Wikipedia domain: ``"questions"``).
+
+    Returns:
+        ``{"normalization", "official", "examples", ["questions"]}``: the convention used,
+        ``data_format``'s (:func:`data_prep.qa.prepared_format`); the level the official
+        script computes; and each level's :func:`~.qa_metrics.qa_scores`. An example with
+        no prediction scores 0, as do unanswerable ones.
+    """
     normalization = NORMALIZATIONS[data_format]
-    examples = task.examples(split)
-    texts = {k: (p.text if p is not None else "") for k, p in predictions.items()}
-    scores = {"normalization": normalization.name, "examples": qa_scores(texts, examples, normalization)}
-    if data_format == "triviaqa":
-        questions = {}
+    examples = [example for example in task.examples(split) if example["answers"] is not None]
+    level = official_level(examples, data_format)
+    scores = {"normalization": normalization.name, "official": level}
+    scores["examples"] = qa_scores(answer_texts(predictions), examples, normalization)
+    if level == GROUPED_LEVEL:
+        keys = evaluation_keys(examples, data_format)
+        answers: dict[str, list[str]] = {}
         for example in examples:
-            questions.setdefault(example["id"].split(TRIVIAQA_PAGE_SEPARATOR, 1)[0], example["answers"])
-        per_question = best_per_question(predictions)
-        texts = {k: (p.text if p is not None else "") for k, p in per_question.items()}
-        answers = [{"id": q, "answers": a} for q, a in questions.items()]
-        scores["questions"] = qa_scores(texts, answers, normalization)
+            answers.setdefault(keys[example["id"]], example["answers"])
+        texts = answer_texts(best_per_key(predictions, keys))
+        scores[level] = qa_scores(texts, [{"id": k, "answers": a} for k, a in answers.items()], normalization)
     return scores
