@@ -27,17 +27,17 @@ COMMANDS = {
     ),
     "prep classification": (
         "longformer_fs.commands.prep_classification",
-        "labelled documents (JSONL/TSV) for fairseq's sentence_prediction task",
+        "labelled documents (JSONL, TSV, IMDB's label folders) for fairseq's sentence_prediction task",
     ),
-    "prep qa": ("longformer_fs.commands.prep_qa", "TriviaQA / SQuAD JSON as QA windows with gold answer positions"),
+    "prep qa": ("longformer_fs.commands.prep_qa", "TriviaQA (as released) / SQuAD JSON as QA windows, gold positions"),
     "prep wikihop": ("longformer_fs.commands.prep_wikihop", "WikiHop as question+candidates prefix and context"),
     "prep hotpotqa": (
         "longformer_fs.commands.prep_hotpotqa",
-        "HotpotQA JSON (distractor setting) as [q] question [/q] [p] [s] sentence ... with answer and evidence labels",
+        "HotpotQA JSON (distractor, full wiki; the test file without labels) as [q] question [/q] [p] [s] sentence ...",
     ),
     "prep coref": (
         "longformer_fs.commands.prep_coref",
-        "CoNLL-2012 *_gold_conll files as documents with speakers, sentences and gold clusters",
+        "CoNLL-2012 *_gold_conll files (one language of the release) as documents with speakers and gold clusters",
     ),
     "prep summarization": (
         "longformer_fs.commands.prep_summarization",
