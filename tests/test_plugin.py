@@ -57,7 +57,7 @@ FIRST_IMPORTS = {
     "models": "import longformer_fs.models\n",
     "tasks": "import longformer_fs.tasks\n",
     "criterions": "import longformer_fs.criterions\n",
-    "a-task-module": "from longformer_fs.tasks.question_answering import QA_HEAD\n",
+    "a-task-module": "from longformer_fs.tasks.qa import QA_HEAD\n",
 }
 
 

@@ -19,15 +19,14 @@ import torch
 from fairseq.data import Dictionary
 from tqdm import tqdm
 
-from longformer_fs.conventions import BOS, EOS, PAD
-
+from ..conventions import BOS, EOS, PAD
 from ..conversion.hf import export_longformer
 from ..models.longformer_roberta import LongformerRobertaModel
+from ..tasks.qa import QA_HEAD, QaTask
 from . import write_results
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 
 VOCAB = 50265  # RoBERTa's dictionary, <mask> included
-QA_HEAD = "qa"
 KINDS = ("ours", "hf")
 
 
@@ -79,8 +78,7 @@ def step_measurement(
         if kind == "hf":
             out = model(input_ids=tokens, attention_mask=(tokens != PAD).long(), global_attention_mask=question.long())
             return out.start_logits, out.end_logits
-        features, _ = model(tokens, global_attention_mask=question, features_only=True)
-        both = model.token_logits(QA_HEAD, features)
+        both = QaTask.model_outputs(model, {"net_input": {"src_tokens": tokens, "global_attention_mask": question}})
         return both[..., 0], both[..., 1]
 
     def step():

@@ -33,7 +33,7 @@ from ..conventions import BOS, EOS, PAD
 from ..models import longformer_roberta as layout
 from ..models.checkpoints import model_config, model_name
 from ..modules.per_layer import layer_values
-from ..tasks.question_answering import QA_HEAD
+from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_led import export_led
 from .hf_tokenizer import write_hf_tokenizer

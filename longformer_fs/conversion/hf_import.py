@@ -36,7 +36,7 @@ from ..conventions import BOS, EOS, PAD
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
 from ..models.checkpoints import reserved_position_rows, save_start_checkpoint
-from ..tasks.question_answering import QA_HEAD
+from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights
 from .hf_tokenizer import ByteLevelBPE, check_tokenizer, dictionary_lines, read_tokenizer, write_bpe_files

@@ -15,25 +15,15 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from longformer_fs.modules.coref import antecedent_loss, document_features, gold_clusters_of
-from longformer_fs.tasks.coref import COREF_HEAD
-
-
-def document_outputs(model, sample) -> list:
-    """The head's :class:`~longformer_fs.modules.coref.CorefOutput` for each document of the batch."""
-    features, _ = model(**sample["net_input"], features_only=True)
-    head = model.token_heads[COREF_HEAD]
-    return [
-        head(document_features(features, doc["token_index"]), doc["sentence"], doc["segment"], doc["speaker"])
-        for doc in sample["documents"]
-    ]
+from longformer_fs.modules.coref import antecedent_loss, gold_clusters_of
+from longformer_fs.tasks.coref import CorefTask
 
 
 @register_criterion("longformer_coref", dataclass=FairseqDataclass)
 class CorefCriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         loss, kept, gold = 0.0, 0, 0
-        for doc, output in zip(sample["documents"], document_outputs(model, sample), strict=True):
+        for doc, output in zip(sample["documents"], CorefTask.model_outputs(model, sample), strict=True):
             cluster = gold_clusters_of(
                 output.top_starts, output.top_ends, doc["gold_starts"], doc["gold_ends"], doc["gold_cluster"]
             )

@@ -16,7 +16,7 @@ from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from longformer_fs.modules.task_heads import hotpotqa_losses
-from longformer_fs.tasks.hotpotqa import hotpotqa_logits
+from longformer_fs.tasks.hotpotqa import HotpotqaTask
 
 from .per_item import BitsAndAccuracyCriterion
 
@@ -44,7 +44,7 @@ class HotpotqaCriterion(BitsAndAccuracyCriterion):
         self.weights = dict(zip(TERMS, (span_weight, type_weight, paragraph_weight, sentence_weight), strict=True))
 
     def forward(self, model, sample, reduce=True):
-        logits = hotpotqa_logits(model, sample)
+        logits = HotpotqaTask.model_outputs(model, sample)
         terms = hotpotqa_losses(*logits, sample)
         loss = sum(self.weights[name] * terms[name] for name in TERMS)
         questions = len(sample["qtype"])

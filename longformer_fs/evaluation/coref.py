@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from ..criterions.coref import document_outputs
 from ..modules.coref import predict_clusters
 from .checkpoint import batches, listed_split
 from .coref_metrics import CorefEvaluator
@@ -28,7 +27,7 @@ def predict_split(model, task, split: str, device: str | torch.device = "cpu", p
     dataset, examples = listed_split(task, split, "documents")
     predictions = []
     for samples, batch in batches(dataset, 1, device, f"coref {split}", "doc", progress):
-        (output,) = document_outputs(model, batch)
+        (output,) = task.model_outputs(model, batch)
         example = examples[samples[0]["id"]]
         clusters = word_clusters(predict_clusters(output), example["subtoken_map"])
         predictions.append({"id": example["id"], "part": example["part"], "clusters": clusters})

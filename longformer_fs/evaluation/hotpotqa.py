@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..tasks.hotpotqa import hotpotqa_logits
 from .checkpoint import batches, listed_split
 from .hotpotqa_metrics import hotpotqa_scores
 from .qa_spans import best_span_over_windows
@@ -92,7 +91,7 @@ def predict_hotpotqa(
     max_answer_tokens = max_answer_tokens or task.cfg.max_answer_tokens
     predictions = {}
     for samples, batch in batches(dataset, batch_size, device, f"hotpotqa {split}", "question", progress):
-        span, qtype, paragraphs, sentences = (x.cpu().numpy() for x in hotpotqa_logits(model, batch))
+        span, qtype, paragraphs, sentences = (x.cpu().numpy() for x in task.model_outputs(model, batch))
         for row, sample in enumerate(samples):
             n = len(sample["tokens"])
             logits = (

@@ -24,7 +24,6 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..tasks.question_answering import QA_HEAD
 from .checkpoint import batches
 from .qa_metrics import NORMALIZATIONS, qa_scores
 from .qa_spans import SpanPrediction, best_span_over_windows
@@ -49,8 +48,7 @@ def window_logits(
     """Every window of ``split`` through the model, in file order, ``batch_size`` at a time."""
     dataset = task.dataset(split)
     for samples, batch in batches(dataset, batch_size, device, f"qa {split}", "window", progress):
-        features, _ = model(**batch["net_input"], features_only=True)
-        logits = model.token_logits(QA_HEAD, features).float().cpu().numpy()
+        logits = task.model_outputs(model, batch).cpu().numpy()
         for row, sample in enumerate(samples):
             n = dataset.num_tokens(sample["id"])
             yield WindowLogits(sample["id"], logits[row, :n, 0], logits[row, :n, 1])

@@ -25,7 +25,7 @@ from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import BOS, COREF_FILES, EOS, SEGMENT_SPECIALS, segment_count, segment_room
-from ..modules.coref import CorefHead
+from ..modules.coref import CorefHead, document_features
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 COREF_HEAD = "coref"
@@ -119,6 +119,17 @@ class CorefDataset(ItemsDataset):
 @register_task("longformer_coref", dataclass=CorefTaskConfig)
 class CorefTask(TokenHeadTask):
     prep, head = "coref", COREF_HEAD
+
+    @staticmethod
+    def model_outputs(model, sample) -> list:
+        """The span model's :class:`~longformer_fs.modules.coref.CorefOutput` for each
+        document of the batch, its segments' features joined back into the document."""
+        features, _ = model(**sample["net_input"], features_only=True)
+        head = model.token_heads[COREF_HEAD]
+        return [
+            head(document_features(features, doc["token_index"]), doc["sentence"], doc["segment"], doc["speaker"])
+            for doc in sample["documents"]
+        ]
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         parts = self.load_parts(split, COREF_FILES)

@@ -26,7 +26,7 @@ from omegaconf import MISSING
 
 from ..conventions import HOTPOTQA_FILES, HOTPOTQA_SYMBOLS
 from ..modules.task_heads import EvidenceScorer
-from .question_answering import QuestionAnsweringConfig
+from .qa import QaConfig
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 SPAN_HEAD, TYPE_HEAD = "hotpotqa_span", "hotpotqa_type"
@@ -38,7 +38,7 @@ INPUT_FILES = tuple(name for name in HOTPOTQA_FILES if name not in LABEL_FILES)
 
 
 @dataclass
-class HotpotqaConfig(QuestionAnsweringConfig):
+class HotpotqaConfig(QaConfig):
     """The QA task's options, on a HotpotQA directory (one window per question)."""
 
     data: str = field(default=MISSING, metadata={"help": "a `longformer-fs prep hotpotqa` directory"})
@@ -53,17 +53,6 @@ def scatter_labels(markers: torch.Tensor, labels: list[torch.Tensor]) -> torch.T
             raise ValueError(f"hotpotqa: {len(positions)} markers but {len(values)} labels; prepare the data again")
         out[row, positions] = values.float()
     return out
-
-
-def hotpotqa_logits(model, sample) -> tuple:
-    """The four heads' logits: span ``(B, T, 2)``, type ``(B, 3)``, paragraph and sentence ``(B, T)``."""
-    features, _ = model(**sample["net_input"], features_only=True)
-    return (
-        model.token_logits(SPAN_HEAD, features).float(),
-        model.token_logits(TYPE_HEAD, features[:, 0]).float(),
-        model.token_logits(PARAGRAPH_HEAD, features)[..., 0].float(),
-        model.token_logits(SENTENCE_HEAD, features)[..., 0].float(),
-    )
 
 
 class HotpotqaDataset(ItemsDataset):
@@ -131,6 +120,18 @@ class HotpotqaTask(TokenHeadTask):
             PARAGRAPH_HEAD: EvidenceScorer(model.embed_dim),
             SENTENCE_HEAD: EvidenceScorer(model.embed_dim),
         }
+
+    @staticmethod
+    def model_outputs(model, sample) -> tuple:
+        """The four heads' float32 logits: span ``(B, T, 2)``, type ``(B, 3)``, paragraph and
+        sentence ``(B, T)``."""
+        features, _ = model(**sample["net_input"], features_only=True)
+        return (
+            model.token_logits(SPAN_HEAD, features).float(),
+            model.token_logits(TYPE_HEAD, features[:, 0]).float(),
+            model.token_logits(PARAGRAPH_HEAD, features)[..., 0].float(),
+            model.token_logits(SENTENCE_HEAD, features)[..., 0].float(),
+        )
 
     def load_dataset(self, split, epoch=1, combine=False, allow_unlabelled=False, **kwargs):
         """Load ``split``; one prepared without labels only with ``allow_unlabelled`` (to

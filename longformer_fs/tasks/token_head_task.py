@@ -4,7 +4,8 @@ model gets a token head and takes its global attention from the batch (``longfor
 
 A subclass names its ``prep`` command (for error messages) and its head and the head's
 outputs, or several heads through :meth:`token_heads`; it reads a split's files with
-:meth:`load_parts` and builds its dataset.
+:meth:`load_parts` and builds its dataset; and :meth:`model_outputs` runs the model on a
+batch, the one place its criterion and its evaluation both call.
 """
 
 from __future__ import annotations
@@ -111,6 +112,13 @@ class TokenHeadTask(FairseqTask):
         for name, head in self.token_heads(model).items():
             model.register_token_head(name, head)
         return model
+
+    @staticmethod
+    def model_outputs(model, sample):
+        """The model run on a batch of this task, as its criterion trains on it and
+        ``longformer_fs.evaluation`` predicts from it: the task's own outputs (logits of
+        its heads, per token, candidate or span). Each task says what it returns."""
+        raise NotImplementedError
 
     def token_heads(self, model) -> dict:
         """The heads this task's criterion reads: ``{name: outputs per token, or a module}``

@@ -104,13 +104,13 @@ def test_question_answering_logits_with_the_question_global(tokenizer, tmp_path)
     (everything before the first </s>), as HF's QA model and our longformer_qa task set it."""
     from transformers import LongformerForQuestionAnswering
 
-    from longformer_fs.tasks.question_answering import QA_HEAD, question_mask
+    from longformer_fs.tasks.qa import QA_HEAD, question_mask
 
     theirs = scaled(LongformerForQuestionAnswering(longformer_config(tokenizer)))
     save_model(theirs, tokenizer, tmp_path / "hf", "bin", "pair")
     report, ours, task = imported(tmp_path / "hf", tmp_path / "out")
     assert (report["head"], report["task"]) == ("qa", "longformer_qa")
-    assert type(task).__name__ == "QuestionAnsweringTask"
+    assert type(task).__name__ == "QaTask"
     tokens = batch(theirs.config.vocab_size, [40, 29])
     tokens[:, 6:8] = 2  # <s> question (5 tokens) </s> </s> document </s>, RoBERTa's pair
     question = question_mask(tokens, 2)

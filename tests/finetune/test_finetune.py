@@ -269,9 +269,8 @@ def test_wikihop_trains_through_chunks_and_their_average(work, wikihop):
 def test_wikihop_logits_are_the_mean_of_each_chunk_run_alone(work, wikihop):
     """The batched criterion path (chunks of several examples padded together, gathered at
     [ent], averaged by owner) against each chunk run on its own and averaged by hand."""
-    from longformer_fs.criterions.multiple_choice import candidate_logits
     from longformer_fs.evaluation.checkpoint import load_model
-    from longformer_fs.tasks.multiple_choice import CANDIDATE_HEAD, ENTITY
+    from longformer_fs.tasks.wikihop import CANDIDATE_HEAD, ENTITY, WikihopTask
 
     tmp = work["tmp"]
     model, task = load_model(tmp / "wh_model" / "checkpoint_best.pt", tmp / "wh")
@@ -279,7 +278,7 @@ def test_wikihop_logits_are_the_mean_of_each_chunk_run_alone(work, wikihop):
     dataset = task.dataset("valid")
     samples = [dataset[i] for i in range(5)]
     with torch.no_grad():
-        batched = candidate_logits(model, dataset.collater(samples))
+        batched = WikihopTask.model_outputs(model, dataset.collater(samples))
         for row, sample in enumerate(samples):
             per_chunk = []
             for chunk in sample["chunks"]:
@@ -331,10 +330,10 @@ def test_wikihop_from_a_checkpoint_without_the_new_tokens_is_a_clear_error(work,
     from fairseq import checkpoint_utils
 
     from longformer_fs.models.checkpoints import model_config
-    from longformer_fs.tasks.multiple_choice import MultipleChoiceConfig, MultipleChoiceTask
+    from longformer_fs.tasks.wikihop import WikihopConfig, WikihopTask
 
     tmp = work["tmp"]
-    task = MultipleChoiceTask.setup_task(MultipleChoiceConfig(data=str(tmp / "wh"), max_positions=512))
+    task = WikihopTask.setup_task(WikihopConfig(data=str(tmp / "wh"), max_positions=512))
     state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp / "converted" / "model.pt"))
     model = task.build_model(model_config(state))
     with pytest.raises(ValueError, match="--add-tokens"):
@@ -387,7 +386,7 @@ def test_hf_export_of_the_qa_model_gives_our_logits(work, qa):
     from transformers import LongformerForQuestionAnswering
 
     from longformer_fs.evaluation.checkpoint import load_model
-    from longformer_fs.tasks.question_answering import QA_HEAD
+    from longformer_fs.tasks.qa import QA_HEAD
 
     tmp = work["tmp"]
     checkpoint = tmp / "qa_model" / "checkpoint_best.pt"

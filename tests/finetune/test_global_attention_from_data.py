@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from longformer_fs.models.longformer_roberta import LongformerRobertaModel
-from longformer_fs.tasks.question_answering import QuestionAnsweringConfig, QuestionAnsweringTask
+from longformer_fs.tasks.qa import QaConfig, QaTask
 
 TINY = ["--encoder-layers", "1", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32"]
 TINY += ["--encoder-attention-heads", "2", "--max-positions", "64", "--attention-window", "4"]
@@ -23,7 +23,7 @@ def training_args(*extra):
 @pytest.fixture
 def qa_task(tmp_path):
     (tmp_path / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(20)))
-    return QuestionAnsweringTask.setup_task(QuestionAnsweringConfig(data=str(tmp_path)))
+    return QaTask.setup_task(QaConfig(data=str(tmp_path)))
 
 
 def global_projections_trainable(model) -> set:

@@ -24,15 +24,15 @@ from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
 from longformer_fs.conventions import HOTPOTQA_SYMBOLS
 from longformer_fs.criterions.coref import CorefCriterion
 from longformer_fs.criterions.hotpotqa import HotpotqaCriterion
-from longformer_fs.criterions.multiple_choice import MultipleChoiceCriterion
-from longformer_fs.criterions.question_answering import QuestionAnsweringCriterion
+from longformer_fs.criterions.qa import QaCriterion
+from longformer_fs.criterions.wikihop import WikihopCriterion
 from longformer_fs.models.led import LEDModel
 from longformer_fs.models.longformer_lm import LongformerLanguageModel, LongformerLMConfig
 from longformer_fs.models.longformer_roberta import LongformerRobertaModel
 from longformer_fs.tasks.coref import CorefDataset, CorefTask, CorefTaskConfig
 from longformer_fs.tasks.hotpotqa import HotpotqaConfig, HotpotqaDataset, HotpotqaTask
-from longformer_fs.tasks.multiple_choice import CANDIDATE_HEAD
-from longformer_fs.tasks.question_answering import QA_HEAD
+from longformer_fs.tasks.qa import QA_HEAD
+from longformer_fs.tasks.wikihop import CANDIDATE_HEAD
 
 META = torch.device("meta")
 BACKENDS = ["flex", "chunks", "kernel"]
@@ -176,7 +176,7 @@ def test_question_answering_head_and_criterion(dictionary, backend):
         "ntokens": B * T,
         "nsentences": B,
     }
-    loss, sample_size, logging = QuestionAnsweringCriterion(task=None)(model, sample)
+    loss, sample_size, logging = QaCriterion(task=None)(model, sample)
     assert loss.device == sample_size.device == logging["span_hits"].device == META
     backward_reaches_every_parameter(model, loss, unused="encoder.lm_head.")  # fine-tuning has no MLM head
 
@@ -192,7 +192,7 @@ def test_wikihop_head_and_criterion(dictionary, backend):
         "target": torch.tensor([1]).to(META),
         "ntokens": B * T,
     }
-    loss, _, logging = MultipleChoiceCriterion(task=None)(model, sample)
+    loss, _, logging = WikihopCriterion(task=None)(model, sample)
     assert loss.device == logging["ncorrect"].device == META
     backward_reaches_every_parameter(model, loss, unused="encoder.lm_head.")
 

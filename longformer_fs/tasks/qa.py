@@ -22,7 +22,7 @@ QA_HEAD = "qa"
 
 
 @dataclass
-class QuestionAnsweringConfig(FairseqDataclass):
+class QaConfig(FairseqDataclass):
     data: str = field(default=MISSING, metadata={"help": "a `longformer-fs prep qa` directory"})
     max_positions: int = field(default=4096, metadata={"help": "the longest window the model takes"})
     max_answer_tokens: int = field(default=30, metadata={"help": "the longest answer predicted, in tokens"})
@@ -35,7 +35,7 @@ def question_mask(tokens: torch.Tensor, eos: int) -> torch.Tensor:
     return torch.arange(tokens.shape[1], device=tokens.device)[None, :] < first_eos
 
 
-class QuestionAnsweringDataset(ItemsDataset):
+class QaDataset(ItemsDataset):
     """The windows of one split, with their gold positions."""
 
     def __init__(self, tokens, starts, ends, dictionary: Dictionary):
@@ -61,9 +61,15 @@ class QuestionAnsweringDataset(ItemsDataset):
         return self.batch(samples, tokens, question, document_mask=document, starts=starts, ends=ends)
 
 
-@register_task("longformer_qa", dataclass=QuestionAnsweringConfig)
-class QuestionAnsweringTask(TokenHeadTask):
+@register_task("longformer_qa", dataclass=QaConfig)
+class QaTask(TokenHeadTask):
     prep, head, head_outputs = "qa", QA_HEAD, 2  # start and end logits
+
+    @staticmethod
+    def model_outputs(model, sample) -> torch.Tensor:
+        """``(B, T, 2)`` float32: the start and end logits of every token of the batch's windows."""
+        features, _ = model(**sample["net_input"], features_only=True)
+        return model.token_logits(QA_HEAD, features).float()
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         parts = self.load_parts(split, ("tokens", "starts", "ends"))
@@ -73,9 +79,7 @@ class QuestionAnsweringTask(TokenHeadTask):
                 f"{split}: windows of up to {longest} tokens exceed task.max_positions="
                 f"{self.cfg.max_positions}; prepare the data with --max-tokens {self.cfg.max_positions}"
             )
-        self.datasets[split] = QuestionAnsweringDataset(
-            parts["tokens"], parts["starts"], parts["ends"], self.dictionary
-        )
+        self.datasets[split] = QaDataset(parts["tokens"], parts["starts"], parts["ends"], self.dictionary)
         return self.datasets[split]
 
     def windows(self, split: str) -> list[dict]:

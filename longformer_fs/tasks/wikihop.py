@@ -20,6 +20,7 @@ from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import WIKIHOP_FILES, WIKIHOP_SYMBOLS
+from ..modules.task_heads import average_over_chunks
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 CANDIDATE_HEAD = "candidate"
@@ -27,7 +28,7 @@ ENTITY = WIKIHOP_SYMBOLS[2]  # [ent]: its position stands for its candidate
 
 
 @dataclass
-class MultipleChoiceConfig(FairseqDataclass):
+class WikihopConfig(FairseqDataclass):
     data: str = field(default=MISSING, metadata={"help": "a `longformer-fs prep wikihop` directory"})
     max_positions: int = field(default=4096, metadata={"help": "tokens per chunk (the model's length)"})
     seed: int = field(default=1, metadata={"help": "shuffling seed"})
@@ -44,7 +45,7 @@ def chunk(prefix: torch.Tensor, context: torch.Tensor, max_positions: int) -> li
     return [torch.cat([prefix, context[start : start + room]]) for start in range(0, max(len(context), 1), room)]
 
 
-class MultipleChoiceDataset(ItemsDataset):
+class WikihopDataset(ItemsDataset):
     def __init__(self, prefix, context, labels, dictionary: Dictionary, max_positions: int):
         self.prefix, self.context, self.labels = prefix, context, labels
         self.dictionary, self.max_positions = dictionary, max_positions
@@ -91,14 +92,25 @@ class MultipleChoiceDataset(ItemsDataset):
         )
 
 
-@register_task("longformer_wikihop", dataclass=MultipleChoiceConfig)
-class MultipleChoiceTask(TokenHeadTask):
+@register_task("longformer_wikihop", dataclass=WikihopConfig)
+class WikihopTask(TokenHeadTask):
     prep, head, head_outputs = "wikihop", CANDIDATE_HEAD, 1  # a logit per [ent]
     required_symbols = tuple(WIKIHOP_SYMBOLS)
 
+    @staticmethod
+    def model_outputs(model, sample) -> torch.Tensor:
+        """``(B, C)`` float32 logits of each example's candidates, the mean of their ``[ent]``
+        logits over the example's chunks; -inf where an example has fewer than C."""
+        features, _ = model(**sample["net_input"], features_only=True)
+        per_token = model.token_logits(CANDIDATE_HEAD, features)[..., 0].float()  # (chunks, T)
+        owner = sample["owner"]
+        per_chunk = per_token.gather(1, sample["candidates"][owner])  # (chunks, C)
+        logits = average_over_chunks(per_chunk, owner, len(sample["target"]))
+        return logits.masked_fill(~sample["candidate_mask"], float("-inf"))
+
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         parts = self.load_parts(split, WIKIHOP_FILES)
-        self.datasets[split] = MultipleChoiceDataset(
+        self.datasets[split] = WikihopDataset(
             parts["prefix"], parts["context"], parts["label"], self.dictionary, self.cfg.max_positions
         )
         return self.datasets[split]

@@ -12,18 +12,17 @@ from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from longformer_fs.modules.task_heads import or_span_loss
-from longformer_fs.tasks.question_answering import QA_HEAD
+from longformer_fs.tasks.qa import QaTask
 
 from .per_item import BitsAndAccuracyCriterion
 
 
 @register_criterion("longformer_qa", dataclass=FairseqDataclass)
-class QuestionAnsweringCriterion(BitsAndAccuracyCriterion):
+class QaCriterion(BitsAndAccuracyCriterion):
     CORRECT, ACCURACY = "span_hits", "span_acc"
 
     def forward(self, model, sample, reduce=True):
-        features, _ = model(**sample["net_input"], features_only=True)
-        logits = model.token_logits(QA_HEAD, features).float()
+        logits = QaTask.model_outputs(model, sample)
         starts, ends, allowed = sample["starts"], sample["ends"], sample["document_mask"]
         loss, answered = or_span_loss(logits[..., 0], logits[..., 1], starts, ends, allowed)
         with torch.no_grad():
