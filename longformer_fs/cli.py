@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
+import warnings
 
 # name -> (module, one-line help). Nested names ("bench attention") become sub-subcommands.
 COMMANDS = {
@@ -150,7 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_libraries() -> None:
+    """Keep the commands' output theirs: fairseq configures the root logger at INFO when
+    imported (its text_to_speech task), which would print every library's info lines, and
+    fairscale, which it imports, warns about torch APIs it uses. Logging set up here first
+    makes fairseq's set-up a no-op; warnings still print, as bare messages."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="fairscale")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
     args = build_parser().parse_args(argv)
     try:
         return args._main(args) or 0

@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         from fairseq_cli.train import cli_main
     else:
         from fairseq_cli.hydra_train import cli_main
+    # fairseq skips a user dir that is already imported, as this package is: register now
+    # (after fairseq_cli, whose import sets up fairseq's logging).
+    from . import components  # noqa: F401
+
     sys.argv = [tool, *args]
     try:
         cli_main()

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from fairseq import checkpoint_utils
 from tqdm import tqdm
 
 from data_prep.fairseq_dataset import PrepError
@@ -23,6 +22,7 @@ from longformer_fs.evaluation.summarization import (
     source_tokens,
     to_text,
 )
+from longformer_fs.models.checkpoints import read_checkpoint
 
 from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
@@ -102,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
     settings.check()
     if not args.checkpoint.is_file():
         raise FileNotFoundError(f"checkpoint: {args.checkpoint} does not exist")
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(args.checkpoint))
+    state = read_checkpoint(args.checkpoint)
     args.dict = args.dict or find_dictionary(args.checkpoint, state, args.data)
     encoder = subword_spec(args).load()
     model, task = load_summarizer(args.checkpoint, args.dict, args.data, args.device, state)

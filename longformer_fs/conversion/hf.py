@@ -20,7 +20,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from fairseq import checkpoint_utils
 from transformers import (
     LongformerConfig,
     LongformerForMaskedLM,
@@ -31,7 +30,7 @@ from transformers import (
 
 from ..conventions import BOS, EOS, PAD
 from ..models import longformer_roberta as layout
-from ..models.checkpoints import model_config, model_name
+from ..models.checkpoints import model_config, model_name, read_checkpoint
 from ..modules.per_layer import layer_values
 from ..tasks.qa import QA_HEAD
 from . import hf_layout
@@ -163,7 +162,7 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     """Write ``out_dir`` for the HF class of the checkpoint's model; returns a report."""
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    state = read_checkpoint(checkpoint)
     args = model_config(state)
     name = str(model_name(args))
     exporter = next((fn for prefix, fn in EXPORTERS.items() if name.startswith(prefix)), None)

@@ -14,10 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from fairseq import checkpoint_utils
 
 from ..conventions import PAD
-from ..models.checkpoints import config_set, model_config, model_name, reserved_position_rows, save_start_checkpoint
+from ..models.checkpoints import (
+    config_set,
+    model_config,
+    model_name,
+    read_checkpoint,
+    reserved_position_rows,
+    save_start_checkpoint,
+)
 
 
 class NotConvertibleError(ValueError):
@@ -95,7 +101,7 @@ def read_source(src: Path, hf_types: tuple[str, ...] = ()) -> SourceCheckpoint:
         if not path.is_file():
             raise FileNotFoundError(f"{what}: {path} does not exist")
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(ckpt))
+        state = read_checkpoint(ckpt)
     except Exception as err:  # pickle, zip or torch errors: report the file, not the stack
         raise NotConvertibleError(f"checkpoint: {ckpt} could not be read as a fairseq checkpoint ({err})") from None
     model_cfg = model_config(state)

@@ -11,6 +11,9 @@ from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 from tqdm import tqdm
 
+from .. import components  # noqa: F401  (the checkpoint's model and task are ours)
+from ..models.checkpoints import allow_argparse_checkpoints
+
 
 def load_model(
     checkpoint: Path,
@@ -42,6 +45,7 @@ def load_model(
         # fairseq applies arg_overrides only to a checkpoint it reads itself, and the task
         # would look for its dictionaries where the model was trained (or imported).
         overwrite_args_by_name(state["cfg"], arg_overrides)
+    allow_argparse_checkpoints()
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides=arg_overrides, state=state
     )

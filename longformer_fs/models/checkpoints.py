@@ -13,7 +13,9 @@ module holds what all of them share:
   fairseq (the released RoBERTa and BART) and as a DictConfig since
   (:func:`model_config`, :func:`config_get`, :func:`config_set`);
 - :func:`save_start_checkpoint`: a checkpoint that ``fairseq-train`` starts from with a
-  fresh optimizer, as converters write.
+  fresh optimizer, as converters write; :func:`read_checkpoint` and
+  :func:`allow_argparse_checkpoints`: reading checkpoints whose settings are an
+  ``argparse.Namespace``.
 """
 
 from __future__ import annotations
@@ -138,3 +140,24 @@ def save_start_checkpoint(state: dict, weights: dict, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(checkpoint, tmp)
     tmp.replace(path)
+
+
+def allow_argparse_checkpoints() -> None:
+    """Let ``torch.load`` read checkpoints that pickle an ``argparse.Namespace``.
+
+    torch >= 2.6 loads with ``weights_only=True``, which refuses them, and they are common:
+    fairseq's releases from before Hydra (RoBERTa's, BART's) and every checkpoint of an
+    argparse-style model trained with command-line flags (ours are such models) keep their
+    settings so. Called where checkpoints are loaded, and when the plugin registers with
+    fairseq, whose commands then load them (:mod:`longformer_fs.components`).
+    """
+    torch.serialization.add_safe_globals([argparse.Namespace])
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A fairseq checkpoint as fairseq reads it (``load_checkpoint_to_cpu``: settings
+    upgraded to a config), argparse-style ones included."""
+    from fairseq import checkpoint_utils
+
+    allow_argparse_checkpoints()
+    return checkpoint_utils.load_checkpoint_to_cpu(str(path))
