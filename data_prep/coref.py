@@ -64,13 +64,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import COREF_FILES, SEGMENT_SPECIALS, segment_count
+from longformer_fs.conventions import COREF_FILES, SEGMENT_SPECIALS, PrepKind, segment_count
 
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, file_stamp, previous_stats
 from .inputs import wrong_kind
 from .subword import SubwordSpec
 
-KIND = "coref"
+KIND = PrepKind.COREF
 SUFFIX = "_gold_conll"
 SKELETON = "_gold_skel"  # the release's skeleton of a *_gold_conll file, before its words are restored
 PLACEHOLDER = "[WORD]"  # a skeleton's word column

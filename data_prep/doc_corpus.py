@@ -38,7 +38,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import EOS
+from longformer_fs.conventions import EOS, PrepKind
 
 from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
@@ -46,7 +46,7 @@ from .splits import SplitSpool, check_fractions, split_key
 from .subword import SubwordSpec
 from .tokenizer_pool import load_encoder, process_encoder, tokenizer_pool
 
-KIND = "docs"
+KIND = PrepKind.DOCS
 BATCH_DOCS = 64  # documents per tokenizer task
 
 

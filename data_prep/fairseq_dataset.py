@@ -34,8 +34,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from longformer_fs.conventions import MANIFEST
+
 SPLITS = ("train", "valid", "test")
-MANIFEST = "prep.json"
 # 2: one manifest layout for every preparation: {"format", "kind", "inputs", **outputs}.
 FORMAT_VERSION = 2
 STAGING = ".partial"

@@ -75,7 +75,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longformer_fs.conventions import BOS, HOTPOTQA_FILES, HOTPOTQA_SYMBOLS
+from longformer_fs.conventions import BOS, HOTPOTQA_FILES, HOTPOTQA_SYMBOLS, PrepKind
 
 from .fairseq_dataset import PrepError, SplitFiles, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
@@ -83,7 +83,7 @@ from .qa import char_spans_to_tokens, find_answer_spans
 from .wikihop import WikihopConfig, check_config, read_splits, write_examples
 from .wikihop import input_manifest as wikihop_inputs
 
-KIND = "hotpotqa"
+KIND = PrepKind.HOTPOTQA
 BATCH_EXAMPLES = 16  # examples per tokenizer call
 QUESTION_TYPES = ("span", "yes", "no")  # the type head's classes, in order
 LABELS = ("answer", "supporting_facts")  # the keys a test file lacks

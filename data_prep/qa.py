@@ -84,7 +84,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import BOS, EOS, TRIVIAQA
+from longformer_fs.conventions import BOS, EOS, QA_FILES, TRIVIAQA, PrepKind
 
 from . import fairseq_dataset
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, batched, file_stamp, previous_stats
@@ -92,9 +92,8 @@ from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
 from .subword import SubwordEncoder, SubwordSpec
 
-KIND = "qa"
+KIND = PrepKind.QA
 FORMATS = ("triviaqa", "squad")
-ITEM_FILES = ("tokens", "starts", "ends", "offsets")
 # The fields of {split}.examples.jsonl. The manifest records them: a directory written with
 # other fields is prepared again, not taken as up to date.
 EXAMPLE_FIELDS = ("id", "key", "question", "answers", "context")
@@ -628,7 +627,7 @@ class _QaSplit:
 
     def __init__(self, directory: Path, split: str, dictionary_size: int):
         self.directory, self.split = directory, split
-        fields = {"tokens": dictionary_size, **{name: SplitFiles.SIGNED for name in ITEM_FILES[1:]}}
+        fields = {"tokens": dictionary_size, **{name: SplitFiles.SIGNED for name in QA_FILES[1:]}}
         self.windows = SplitFiles(directory, split, fields, listing="windows")
         self.examples = open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8")
         self.stats = QaSplitStats()
@@ -719,7 +718,7 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    outputs = SplitFiles.outputs(ITEM_FILES, ("windows", "examples"))
+    outputs = SplitFiles.outputs(QA_FILES, ("windows", "examples"))
     if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
         return previous
 

@@ -121,6 +121,7 @@ HOTPOTQA_SYMBOLS = ("[q]", "[/q]", "[p]", "[s]")
 
 # The mmap datasets (``{split}.{name}.bin/.idx``) that ``prep`` writes for each fine-tuning
 # task and its task reads back by name, item ``i`` of each belonging to example ``i``.
+QA_FILES = ("tokens", "starts", "ends", "offsets")
 WIKIHOP_FILES = ("prefix", "context", "label")
 HOTPOTQA_FILES = ("tokens", "offsets", "starts", "ends", "paragraphs", "sentences", "qtype")
 COREF_FILES = ("tokens", "sentence", "speaker", "mentions")

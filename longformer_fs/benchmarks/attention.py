@@ -30,11 +30,10 @@ from matplotlib.figure import Figure
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from tqdm import tqdm
 
-from longformer_fs.attention import available_backends, banded_attention
-from longformer_fs.attention.backends.flex import band_block_mask
-from longformer_fs.attention.band import band_mask
-from longformer_fs.attention.spec import BandSpec
-
+from ..attention import available_backends, banded_attention
+from ..attention.backends.flex import band_block_mask
+from ..attention.band import band_mask
+from ..attention.spec import BandSpec
 from . import int_list
 from .measure import median_time, peak_memory_bytes
 

@@ -20,8 +20,7 @@ from fairseq.data import Dictionary
 from fairseq.models.bart.model import BARTModel, bart_base_architecture
 from tqdm import tqdm
 
-from longformer_fs.conventions import BOS, EOS
-
+from ..conventions import BOS, EOS
 from ..models.led import LEDModel, led_base_architecture
 from . import int_list, write_results
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated

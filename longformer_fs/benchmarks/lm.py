@@ -19,11 +19,10 @@ from fairseq.data import Dictionary
 from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
 from tqdm import tqdm
 
-from longformer_fs.conventions import PAD
-from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
-from longformer_fs.modules.per_layer import dilation_pattern, layer_values
-from longformer_fs.recipes import phase_settings
-
+from ..conventions import PAD
+from ..modules.char_lm_decoder import DecoderShape, LongformerDecoder
+from ..modules.per_layer import dilation_pattern, layer_values
+from ..recipes import phase_settings
 from . import int_list as _int_list
 from . import write_results
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated

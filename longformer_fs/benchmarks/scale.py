@@ -25,8 +25,8 @@ import torch
 from tqdm import tqdm
 
 from data_prep.char_corpus import write_dataset
-from longformer_fs.recipes import phase_settings
 
+from ..recipes import phase_settings
 from . import int_list as _int_list
 from . import write_results
 

@@ -9,11 +9,10 @@ import json
 import torch
 from tqdm import tqdm
 
-from longformer_fs.attention.backend_speed import SHAPES, measure_backends
-from longformer_fs.attention.backends import KINDS, choose_backend
-from longformer_fs.attention.kernel_check import CASES, run_check, save_report
-from longformer_fs.attention.spec import BandSpec
-
+from ..attention.backend_speed import SHAPES, measure_backends
+from ..attention.backends import KINDS, choose_backend
+from ..attention.kernel_check import CASES, run_check, save_report
+from ..attention.spec import BandSpec
 from .options import add_device_argument
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from longformer_fs.conversion.bart import convert_bart
-
+from ..conversion.bart import convert_bart
 from .options import add_conversion_arguments, print_report
 
 

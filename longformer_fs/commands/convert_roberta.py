@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from longformer_fs.conversion.roberta import convert_roberta
-
+from ..conversion.roberta import convert_roberta
 from .options import add_conversion_arguments, print_report
 
 

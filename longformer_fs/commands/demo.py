@@ -27,8 +27,9 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from data_prep.demo_corpus import prepare_demo
-from longformer_fs.evaluation.char_lm import score_checkpoint
-from longformer_fs.recipes import RECIPES, char_lm_dir, phase_settings
+
+from ..evaluation.char_lm import score_checkpoint
+from ..recipes import RECIPES, char_lm_dir, phase_settings
 
 TOY_MODEL = [
     "model.decoder_layers=2",

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from longformer_fs.evaluation.char_lm import score_checkpoint
-
+from ..evaluation.char_lm import score_checkpoint
 from .options import add_device_argument, add_evaluation_arguments
 
 

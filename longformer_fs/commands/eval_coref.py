@@ -7,11 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
-from longformer_fs.evaluation.checkpoint import load_model
-from longformer_fs.evaluation.coref import predict_split, score_split
-from longformer_fs.evaluation.coref_metrics import METRICS
-from longformer_fs.tasks.coref import CorefTask
-
+from ..evaluation.checkpoint import load_model
+from ..evaluation.coref import predict_split, score_split
+from ..evaluation.coref_metrics import METRICS
+from ..tasks.coref import CorefTask
 from .options import add_device_argument, add_evaluation_arguments
 
 NAMES = {"muc": "MUC", "b_cubed": "B3", "ceaf_e": "CEAF-phi4"}

@@ -8,17 +8,18 @@ import argparse
 import json
 from pathlib import Path
 
-from data_prep.fairseq_dataset import MANIFEST, read_manifest
+from data_prep.fairseq_dataset import read_manifest
 from data_prep.hotpotqa import KIND
-from longformer_fs.evaluation.checkpoint import load_model
-from longformer_fs.evaluation.hotpotqa import (
+
+from ..conventions import MANIFEST
+from ..evaluation.checkpoint import load_model
+from ..evaluation.hotpotqa import (
     evidence_file,
     predict_hotpotqa,
     prediction_dataset,
     prediction_file,
     score_split,
 )
-
 from .options import add_device_argument, add_evaluation_arguments
 
 

@@ -6,10 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from data_prep.fairseq_dataset import MANIFEST
 from data_prep.qa import prepared_format
-from longformer_fs.evaluation.checkpoint import load_model
-from longformer_fs.evaluation.qa import (
+
+from ..conventions import MANIFEST
+from ..evaluation.checkpoint import load_model
+from ..evaluation.qa import (
     GROUPED_LEVEL,
     answer_texts,
     has_answers,
@@ -18,8 +19,7 @@ from longformer_fs.evaluation.qa import (
     predict_answers,
     score_split,
 )
-from longformer_fs.evaluation.qa_metrics import NORMALIZATIONS
-
+from ..evaluation.qa_metrics import NORMALIZATIONS
 from .options import add_device_argument, add_evaluation_arguments
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from longformer_fs.conversion.hf_import import import_hf
-
+from ..conversion.hf_import import import_hf
 from .options import add_conversion_arguments, print_report
 
 

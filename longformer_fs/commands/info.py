@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from longformer_fs.environment import collect
+from ..environment import collect
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

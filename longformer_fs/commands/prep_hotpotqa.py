@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Iterator
 
 from data_prep.hotpotqa import HotpotqaConfig, prepare_hotpotqa, stats_table
-from longformer_fs.conventions import HOTPOTQA_SYMBOLS
 
+from ..conventions import HOTPOTQA_SYMBOLS
 from .options import (
     add_output_arguments,
     add_split_arguments,

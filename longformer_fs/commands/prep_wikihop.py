@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from data_prep.wikihop import WikihopConfig, prepare_wikihop, stats_table
-from longformer_fs.conventions import WIKIHOP_SYMBOLS
 
+from ..conventions import WIKIHOP_SYMBOLS
 from .options import add_output_arguments, add_split_arguments, config_from_args, run_preparation, symbol_report
 from .subword_options import add_subword_arguments
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from longformer_fs.evaluation.rouge import check_aligned, format_scores, read_summaries, rouge_scores
+from ..evaluation.rouge import check_aligned, format_scores, read_summaries, rouge_scores
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

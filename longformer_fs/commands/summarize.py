@@ -12,9 +12,10 @@ from tqdm import tqdm
 
 from data_prep.fairseq_dataset import PrepError
 from data_prep.pdf_papers import PdfError, read_paper
-from longformer_fs.conventions import jsonl_records
-from longformer_fs.evaluation.rouge import rouge_scores
-from longformer_fs.evaluation.summarization import (
+
+from ..conventions import jsonl_records
+from ..evaluation.rouge import rouge_scores
+from ..evaluation.summarization import (
     GenerationSettings,
     find_dictionary,
     generate,
@@ -22,8 +23,7 @@ from longformer_fs.evaluation.summarization import (
     source_tokens,
     to_text,
 )
-from longformer_fs.models.checkpoints import read_checkpoint
-
+from ..models.checkpoints import read_checkpoint
 from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
 

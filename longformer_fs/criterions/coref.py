@@ -15,8 +15,8 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from longformer_fs.modules.coref import antecedent_loss, gold_clusters_of
-from longformer_fs.tasks.coref import CorefTask
+from ..modules.coref import antecedent_loss, gold_clusters_of
+from ..tasks.coref import CorefTask
 
 
 @register_criterion("longformer_coref", dataclass=FairseqDataclass)

@@ -15,9 +15,8 @@ from fairseq import metrics
 from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from longformer_fs.modules.task_heads import hotpotqa_losses
-from longformer_fs.tasks.hotpotqa import HotpotqaTask
-
+from ..modules.task_heads import hotpotqa_losses
+from ..tasks.hotpotqa import HotpotqaTask
 from .per_item import BitsAndAccuracyCriterion
 
 TERMS = ("span", "type", "paragraph", "sentence")

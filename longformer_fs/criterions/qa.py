@@ -11,9 +11,8 @@ import torch
 from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from longformer_fs.modules.task_heads import or_span_loss
-from longformer_fs.tasks.qa import QaTask
-
+from ..modules.task_heads import or_span_loss
+from ..tasks.qa import QaTask
 from .per_item import BitsAndAccuracyCriterion
 
 

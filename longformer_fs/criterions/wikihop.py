@@ -9,8 +9,7 @@ import torch.nn.functional as F
 from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from longformer_fs.tasks.wikihop import WikihopTask
-
+from ..tasks.wikihop import WikihopTask
 from .per_item import BitsAndAccuracyCriterion
 
 

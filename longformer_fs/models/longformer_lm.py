@@ -20,8 +20,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
-from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
-from longformer_fs.modules.per_layer import dilation_pattern, layer_values
+from ..modules.char_lm_decoder import DecoderShape, LongformerDecoder
+from ..modules.per_layer import dilation_pattern, layer_values
 
 logger = logging.getLogger(__name__)
 

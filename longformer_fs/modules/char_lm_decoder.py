@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
+from ..attention.relative_layer import RelativeBandSelfAttention
 
 
 @dataclass(frozen=True)

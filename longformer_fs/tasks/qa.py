@@ -16,9 +16,13 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
+from ..conventions import QA_FILES
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 QA_HEAD = "qa"
+# The datasets of a `prep qa` split: each window's tokens and gold positions, which batches
+# carry, and its tokens' character offsets, which only prediction reads.
+*WINDOW_FILES, OFFSETS = QA_FILES
 
 
 @dataclass
@@ -72,7 +76,7 @@ class QaTask(TokenHeadTask):
         return model.token_logits(QA_HEAD, features).float()
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        parts = self.load_parts(split, ("tokens", "starts", "ends"))
+        parts = self.load_parts(split, WINDOW_FILES)
         longest = int(np.max(parts["tokens"].sizes)) if len(parts["tokens"]) else 0
         if longest > self.cfg.max_positions:
             raise ValueError(
@@ -88,4 +92,4 @@ class QaTask(TokenHeadTask):
 
     def offsets(self, split: str):
         """``{split}.offsets``: per window, 2 context characters per token (-1 outside the document)."""
-        return self.load_parts(split, ("offsets",))["offsets"]
+        return self.load_parts(split, (OFFSETS,))[OFFSETS]
