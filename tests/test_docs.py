@@ -79,3 +79,14 @@ def test_longformer_fs_subcommands_exist(page, words):
 def test_make_targets_exist(page, words):
     result = subprocess.run(["make", "-n", *words], cwd=ROOT, capture_output=True, text=True)
     assert "No rule to make target" not in result.stderr, f"{page}: `make {' '.join(words)}`: {result.stderr}"
+
+
+def test_every_file_the_design_checklists_name_exists():
+    """docs/design.md's "adding a fine-tuning task" and "adding an attention backend": the
+    files they name (a new task's own files, named with X, aside) are where they say."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    checklists = text[text.index("## Checklists") : text.index("## Tests")]
+    named = set(re.findall(r"`((?:longformer_fs|data_prep|recipes|tests|docs)/[\w/.]+)`", checklists))
+    assert len(named) >= 15, named
+    missing = [path for path in sorted(named) if "X" not in path and not (ROOT / path).exists()]
+    assert not missing, missing
