@@ -32,51 +32,52 @@ def python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_fairseq_loads_the_user_dir():
-    result = python(
-        LOAD_USER_DIR + "import sys\n"
-        "mod = sys.modules['longformer_fs']\n"
-        "print(mod.__file__)\n"
-        "print(all(f'longformer_fs.{p}' in sys.modules for p in ('models', 'tasks', 'criterions')))\n"
-        + MISSING_REGISTRATIONS
-    )
-    assert result.returncode == 0, result.stderr
-    path, subpackages, *missing = result.stdout.split()
-    assert Path(path).resolve() == ROOT / "longformer_fs" / "__init__.py"
-    assert subpackages == "True"
-    assert missing == []
-
-
 # What a process imports first, by case: whatever it is, the plugin must end up registered.
 FIRST_IMPORTS = {
-    # fairseq first, then the package (fairseq-train --user-dir, or a user's script).
-    "fairseq-then-package": "import fairseq\nimport longformer_fs\n",
     # Each fairseq-facing subpackage first: fairseq's import, and so the registration, starts inside it.
     "models": "import longformer_fs.models\n",
     "tasks": "import longformer_fs.tasks\n",
     "criterions": "import longformer_fs.criterions\n",
-    "a-task-module": "from longformer_fs.tasks.qa import QA_HEAD\n",
     # A checkpoint loader (what every eval-* command imports).
     "a-loader": "import longformer_fs.evaluation.checkpoint\n",
 }
+# fairseq loading the package as a user dir (fairseq-train --user-dir): which package, and
+# whether the subpackages came with it.
+USER_DIR = (
+    LOAD_USER_DIR + "import sys\n"
+    "print(sys.modules['longformer_fs'].__file__)\n"
+    "print(all(f'longformer_fs.{p}' in sys.modules for p in ('models', 'tasks', 'criterions')))\n"
+)
+
+
+COMMAND_HELP = "import sys\nfrom longformer_fs.cli import main\nsys.exit(main(['convert-roberta', '--help']))\n"
 
 
 @pytest.fixture(scope="module")
 def registrations():
-    """Each case's fresh interpreter, all started together (importing fairseq is one core's
-    work for seconds): ``{case: (exit code, stdout, stderr)}``."""
+    """Each case's fresh interpreter, fairseq's user-dir loading, a command's help and
+    fairseq-train's, all started together (importing fairseq is one core's work for
+    seconds): ``{case: (exit code, stdout, stderr)}``."""
+    commands = {case: [sys.executable, "-c", first + MISSING_REGISTRATIONS] for case, first in FIRST_IMPORTS.items()}
+    commands["user-dir"] = [sys.executable, "-c", USER_DIR + MISSING_REGISTRATIONS]
+    commands["command-help"] = [sys.executable, "-c", COMMAND_HELP]
+    commands["fairseq-train-help"] = [str(Path(sys.executable).parent / "fairseq-train"), "--user-dir",
+                                      "longformer_fs", "--help"]  # fmt: skip
     processes = {
-        case: subprocess.Popen(
-            [sys.executable, "-c", first + MISSING_REGISTRATIONS],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for case, first in FIRST_IMPORTS.items()
+        case: subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for case, cmd in commands.items()
     }
     outputs = {case: proc.communicate(timeout=300) for case, proc in processes.items()}
     return {case: (processes[case].returncode, *outputs[case]) for case in processes}
+
+
+def test_fairseq_loads_the_user_dir(registrations):
+    code, out, err = registrations["user-dir"]
+    assert code == 0, err
+    path, subpackages, *missing = out.split()
+    assert Path(path).resolve() == ROOT / "longformer_fs" / "__init__.py"
+    assert subpackages == "True"
+    assert missing == []
 
 
 @pytest.mark.parametrize("first", FIRST_IMPORTS)
@@ -96,16 +97,10 @@ def test_importing_the_package_or_the_command_line_imports_neither_torch_nor_fai
     assert result.stdout.strip() == "[]"
 
 
-def test_fairseq_train_accepts_user_dir():
-    bin_dir = Path(sys.executable).parent
-    exe = bin_dir / "fairseq-train"
-    if not exe.exists():
-        pytest.skip("fairseq-train is not installed next to this interpreter")
-    result = subprocess.run(
-        [str(exe), "--user-dir", "longformer_fs", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    assert "--user-dir" in result.stdout
+def test_fairseq_train_accepts_user_dir(registrations):
+    code, out, err = registrations["fairseq-train-help"]
+    assert code == 0, err
+    assert "--user-dir" in out
 
 
 def test_importing_the_package_changes_nothing_else():
@@ -129,25 +124,34 @@ def test_importing_the_package_changes_nothing_else():
 def test_loaders_and_registration_read_checkpoints_that_pickle_a_namespace(tmp_path):
     """Pre-Hydra fairseq checkpoints (and flag-trained ones of argparse-style models) pickle
     an argparse.Namespace, which torch>=2.6 refuses; our loaders, and the registration with
-    fairseq (whose commands load them), allow it."""
+    fairseq (whose commands load them), allow it. Three fresh interpreters, side by side."""
+    import argparse
+
+    import torch
+
     ckpt = tmp_path / "old.pt"
-    save = f"import argparse, torch; torch.save({{'args': argparse.Namespace(arch='roberta_base')}}, {str(ckpt)!r})"
-    assert python(save).returncode == 0
+    torch.save({"args": argparse.Namespace(arch="roberta_base")}, ckpt)
     load = f"import torch; print(torch.load({str(ckpt)!r})['args'].arch)"
     allow = "from longformer_fs.models.checkpoints import allow_argparse_checkpoints as a; a(); "
-    for first, loads in (("import longformer_fs; ", False), ("import longformer_fs.models; ", True), (allow, True)):
-        result = python(first + load)
-        assert (result.returncode == 0) == loads, result.stderr
-        assert loads or "weights_only" in result.stderr  # the failure the loaders fix
-        assert not loads or result.stdout.strip() == "roberta_base"
+    cases = {"import longformer_fs; ": False, "import longformer_fs.models; ": True, allow: True}
+    processes = {
+        first: subprocess.Popen([sys.executable, "-c", first + load], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        for first in cases
+    }  # fmt: skip
+    for first, loads in cases.items():
+        out, err = processes[first].communicate(timeout=300)
+        assert (processes[first].returncode == 0) == loads, err
+        assert loads or "weights_only" in err  # the failure the loaders fix
+        assert not loads or out.strip() == "roberta_base"
 
 
-def test_commands_print_their_own_output_only():
+def test_commands_print_their_own_output_only(registrations):
     """fairseq configures logging at import and fairscale warns: a command that imports
     them prints its help and nothing else."""
-    result = python("import sys\nfrom longformer_fs.cli import main\nsys.exit(main(['convert-roberta', '--help']))")
-    assert result.returncode == 0 and "--max-positions" in result.stdout
-    assert result.stderr == ""
+    code, out, err = registrations["command-help"]
+    assert code == 0 and "--max-positions" in out
+    assert err == ""
 
 
 def test_make_install_is_a_fast_no_op():
