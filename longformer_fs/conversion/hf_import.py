@@ -495,8 +495,12 @@ def _guard_output(out_dir: Path, stamp: dict, force: bool) -> None:
         raise FileExistsError(f"--out: {out_dir} is a file; give a directory")
     if not any(out_dir.iterdir()):
         return
-    record = out_dir / IMPORT_RECORD
-    earlier = json.loads(record.read_text()).get("source_files") if record.is_file() else None
+    record, earlier = out_dir / IMPORT_RECORD, None
+    if record.is_file():
+        try:
+            earlier = json.loads(record.read_text()).get("source_files")
+        except (ValueError, AttributeError):  # not our record after all: other files
+            earlier = None
     if earlier != stamp:
         what = f"an import of {earlier['source']}" if earlier else "other files"
         raise FileExistsError(

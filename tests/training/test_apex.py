@@ -82,28 +82,40 @@ def stub(tmp_path_factory):
     return root
 
 
-def run(code_or_args, pythonpath=None):
-    env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = str(pythonpath) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-c", code_or_args] if isinstance(code_or_args, str) else [sys.executable, *code_or_args]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+@pytest.fixture(scope="module")
+def outputs(stub):
+    """The four runs, side by side (each is a fresh interpreter importing fairseq): training
+    and ``longformer-fs info --json``, each without and with the stub. ``{(what, with_apex): stdout}``."""
+    runs = {("train", False): ["-c", TRAIN], ("train", True): ["-c", TRAIN],
+            ("info", False): ["-m", "longformer_fs.cli", "info", "--json"],
+            ("info", True): ["-m", "longformer_fs.cli", "info", "--json"]}  # fmt: skip
+    processes = {}
+    for (what, with_apex), args in runs.items():
+        env = dict(os.environ)
+        if with_apex:
+            env["PYTHONPATH"] = str(stub) + os.pathsep + env.get("PYTHONPATH", "")
+        processes[what, with_apex] = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                                                      stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)  # fmt: skip
+    results = {}
+    for key, proc in processes.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        results[key] = out
+    return results
 
 
 @pytest.mark.parametrize("with_apex", [False, True], ids=["without-apex", "with-apex-stub"])
-def test_models_build_and_train(stub, with_apex):
-    out = run(TRAIN, stub if with_apex else None)
+def test_models_build_and_train(outputs, with_apex):
+    out = outputs["train", with_apex]
     assert f"fused_layer_norm_importable {with_apex}" in out
     assert "LongformerRobertaModel trained True" in out and "LongformerLanguageModel trained True" in out
     assert out.count("trained True Adam") == 2  # fairseq's own Adam on CPU; FusedAdam only on CUDA
 
 
-def test_info_reports_apex(stub):
-    without = json.loads(run(["-m", "longformer_fs.cli", "info", "--json"]))["apex"]
+def test_info_reports_apex(outputs):
+    without = json.loads(outputs["info", False])["apex"]
     assert without["installed"] is False and without["fairseq_uses"] == {}
-    with_stub = json.loads(run(["-m", "longformer_fs.cli", "info", "--json"], stub))["apex"]
+    with_stub = json.loads(outputs["info", True])["apex"]
     assert with_stub["installed"] is True
     available = with_stub["available_kernels"]
     assert available["fused_layer_norm"] and available["fused_adam"] == "FusedAdamV2"
