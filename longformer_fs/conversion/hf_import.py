@@ -61,6 +61,7 @@ class FairseqModel:
     """An HF model laid out as a fairseq checkpoint of ours.
 
     Attributes:
+        source: the HF directory it was read from.
         model_type: HF's (``longformer``, ``roberta``, ``led``, ``bart``).
         arch: the registered architecture it becomes.
         weights: the state dict, fairseq's keys; tensors are the files', not copies.
