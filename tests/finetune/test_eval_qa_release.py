@@ -7,10 +7,9 @@ tiny random Longformer imported from HF transformers, for the file's format only
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from helpers import cli, fails, ok
+from helpers import PreparedSplit, cli, fails, ok
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.evaluation.qa_spans import SpanPrediction
@@ -92,21 +91,6 @@ def prep_qa(release: Path, tokenizer: list, out: Path, max_tokens: int = 4096, *
 
 
 # ---------------------------------------------------------------- scores, the model's answers stubbed
-
-
-class PreparedSplit:
-    """What eval-qa asks of a longformer_qa task, read from a ``prep qa`` directory."""
-
-    windows = True
-
-    def __init__(self, data: Path):
-        self.cfg = SimpleNamespace(data=str(data))
-
-    def load_dataset(self, split):
-        pass
-
-    def examples(self, split):
-        return [json.loads(line) for line in (Path(self.cfg.data) / f"{split}.examples.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

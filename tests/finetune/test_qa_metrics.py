@@ -2,13 +2,12 @@
 worked by hand from the official scripts and against brute force."""
 
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from conftest import cli
+from helpers import PreparedSplit
 
 from data_prep.gpt2_bpe import train_bpe
 from data_prep.qa import find_answer_spans
@@ -136,21 +135,6 @@ def test_answer_spans_use_the_same_normalisation():
 
 
 # ---------------------------------------------------------------- eval-qa picks the convention
-
-
-class PreparedSplit:
-    """What eval-qa asks of a longformer_qa task, read from a ``prep qa`` directory."""
-
-    windows = True
-
-    def __init__(self, data: Path):
-        self.cfg = SimpleNamespace(data=str(data))
-
-    def load_dataset(self, split):
-        pass
-
-    def examples(self, split):
-        return [json.loads(line) for line in (Path(self.cfg.data) / f"{split}.examples.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("data_format, exact_match", [("squad", 4 / 8), ("triviaqa", 3 / 8)])
