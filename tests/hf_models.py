@@ -123,6 +123,17 @@ def hf_vocab(encoder_json: Path, dict_txt: Path, mask: bool) -> dict:
     return vocab
 
 
+def _save_as_hub(model, weights: dict, tied: str, release: Path, bpe: Path, out: Path, mask: bool):
+    """``model`` holding ``weights`` (the keys it lacks all name ``tied`` copies), saved in
+    ``out`` with the release's vocab.json and merges.txt; returns it, in eval mode."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    assert not unexpected and all(tied in k for k in missing), (missing, unexpected)
+    model.save_pretrained(out)
+    (out / "vocab.json").write_text(json.dumps(hf_vocab(bpe / "encoder.json", release / "dict.txt", mask=mask)))
+    shutil.copyfile(bpe / "vocab.bpe", out / "merges.txt")
+    return model.eval()
+
+
 def roberta_as_hf(release: Path, bpe: Path, out: Path):
     """A fairseq RoBERTa release (model.pt, dict.txt; GPT-2-style files in ``bpe``) as
     transformers' RobertaForMaskedLM in ``out``, with vocab.json and merges.txt: what the
@@ -159,13 +170,7 @@ def roberta_as_hf(release: Path, bpe: Path, out: Path):
                                  ("self_attn_layer_norm", "attention.output.LayerNorm"), ("fc1", "intermediate.dense"),
                                  ("fc2", "output.dense"), ("final_layer_norm", "output.LayerNorm")):  # fmt: skip
                 weights[f"{hf}encoder.layer.{i}.{theirs}.{p}"] = state[f"{fs}layers.{i}.{ours}.{p}"]
-    model = RobertaForMaskedLM(config).eval()
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    assert not unexpected and all("position_ids" in k for k in missing), (missing, unexpected)
-    model.save_pretrained(out)
-    (out / "vocab.json").write_text(json.dumps(hf_vocab(bpe / "encoder.json", release / "dict.txt", mask=True)))
-    shutil.copyfile(bpe / "vocab.bpe", out / "merges.txt")
-    return model
+    return _save_as_hub(RobertaForMaskedLM(config), weights, "position_ids", release, bpe, out, mask=True)
 
 
 def bart_as_hf(release: Path, bpe: Path, out: Path):
@@ -191,10 +196,4 @@ def bart_as_hf(release: Path, bpe: Path, out: Path):
         if key.endswith((".version", "embed_tokens.weight", "output_projection.weight")):
             continue
         weights["model." + key] = value
-    model = BartForConditionalGeneration(config).eval()
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    assert not unexpected and all("embed_tokens" in k for k in missing), (missing, unexpected)
-    model.save_pretrained(out)
-    (out / "vocab.json").write_text(json.dumps(hf_vocab(bpe / "encoder.json", release / "dict.txt", mask=False)))
-    shutil.copyfile(bpe / "vocab.bpe", out / "merges.txt")
-    return model
+    return _save_as_hub(BartForConditionalGeneration(config), weights, "embed_tokens", release, bpe, out, mask=False)

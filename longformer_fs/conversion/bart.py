@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..conventions import PAD
 from ..models import led as layout
 from ..models.checkpoints import (
     add_global_projections,
@@ -55,11 +56,8 @@ def convert_bart(src: Path, out_dir: Path, max_source_positions: int = 16384, wi
     layers = check_bart_like(weights, source.name)
     layer_values(window, layers[0], "window")  # a bad per-layer list fails here, not at training time
 
-    padding_idx = source.padding_idx()
-    old_positions = weights[layout.ENCODER_POSITIONS].shape[0] - reserved_position_rows(padding_idx)
-    weights[layout.ENCODER_POSITIONS] = extend_positions(
-        weights[layout.ENCODER_POSITIONS], max_source_positions, padding_idx
-    )
+    old_positions = weights[layout.ENCODER_POSITIONS].shape[0] - reserved_position_rows(PAD)
+    weights[layout.ENCODER_POSITIONS] = extend_positions(weights[layout.ENCODER_POSITIONS], max_source_positions, PAD)
     added = add_global_projections(weights, layout.ENCODER_LAYERS)
 
     large = weights[layout.TOKEN_EMBEDDINGS].shape[1] >= 1024

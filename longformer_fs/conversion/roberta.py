@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..conventions import NUM_SPECIALS
+from ..conventions import NUM_SPECIALS, PAD
 from ..models import longformer_roberta as layout
 from ..models.checkpoints import add_global_projections, config_set, reserved_position_rows
 from ..modules.per_layer import layer_values
@@ -93,11 +93,8 @@ def convert_roberta(
     layers = check_roberta_like(weights, source_model)
     layer_values(window, layers, "window")  # a bad per-layer list fails here, not at training time
 
-    padding_idx = source.padding_idx()
-    old_positions = weights[layout.POSITIONS].shape[0] - reserved_position_rows(padding_idx)
-    weights[layout.POSITIONS] = extend_positions(
-        weights[layout.POSITIONS], max_positions, padding_idx, position_init, seed
-    )
+    old_positions = weights[layout.POSITIONS].shape[0] - reserved_position_rows(PAD)
+    weights[layout.POSITIONS] = extend_positions(weights[layout.POSITIONS], max_positions, PAD, position_init, seed)
     added = add_global_projections(weights, layout.LAYERS)
     dictionary_lines, new_tokens = add_tokens(weights, source.dictionary, extra_tokens or [], seed)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from ..conventions import PAD
 from ..models.checkpoints import (
     config_set,
     model_config,
@@ -55,9 +54,6 @@ class SourceCheckpoint:
     @property
     def weights(self) -> dict:
         return self.state["model"]
-
-    def padding_idx(self) -> int:
-        return PAD  # fairseq's Dictionary pads with id 1 (the four specials come first in every dict.txt)
 
 
 def write_converted(
