@@ -37,6 +37,8 @@
 #                         any other value is a pip requirement to install instead,
 #                         e.g. TORCH="torch==2.13.0 --index-url <your CUDA index>"
 #   PYTEST_ARGS=...       extra arguments for pytest, e.g. PYTEST_ARGS="-k chunks -x"
+#   TEST_WORKERS=auto     pytest-xdist processes for make test (auto: one per core; 0: none, which
+#                         -s needs to show what tests print)
 #   SIZE=small|large      character-LM model size (default small)
 #   DATA=data-bin         directory holding text8/ and enwik8/ from `longformer-fs prep`
 #   SAVE=checkpoints/char_lm   checkpoints go to SAVE/<corpus>/<size>/phaseN
@@ -71,6 +73,7 @@ TORCH ?= auto
 TORCH_PIN := torch==2.13.0
 FAIRSEQ_PIN := fairseq-fixed==0.12.3.1
 PYTEST_ARGS ?=
+TEST_WORKERS ?= auto
 
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
@@ -272,8 +275,9 @@ $(STAMP): $(INSTALL_INPUTS)
 	@touch $@
 	@echo ">> installed; run 'make test' or '$(VENV)/bin/longformer-fs info'"
 
+# Each test module runs on one worker (--dist loadscope), so its module fixtures are built once.
 test: $(STAMP)
-	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=20 $(PYTEST_ARGS)
 
 CXX_SOURCES := $(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h' | sort)
 

@@ -5,13 +5,17 @@ The layout is what ``fairseq-preprocess`` gives that task for one input and labe
     input0/dict.txt              the model's dictionary
     input0/{split}.{bin,idx}     per document: its token ids, then </s> (no <s>: the task's
                                  --init-token 0 prepends it)
-    label/dict.txt               "LABEL COUNT" per label, in label order (COUNT: training documents)
+    label/dict.txt               "CLASS COUNT" per label, in label order: the class, 0..K-1, is the
+                                 label's index (COUNT: training documents); the names are
+                                 prep.json's "labels"
     label/{split}.{bin,idx}      per document: [label id, </s>], the label id being the label's
                                  index in a fairseq Dictionary loaded from label/dict.txt (4 + its line)
     stats.json, prep.json
 
 so ``--task sentence_prediction --num-classes K`` reads it as it is, with targets 0..K-1 in
-label order. Documents are not truncated: the task's ``--shorten-method truncate`` and
+label order. The dictionary holds the classes, not the names, because fairseq's
+``--report-acc-and-f1`` (and ``--report-mcc``) read its symbols back as integers.
+Documents are not truncated: the task's ``--shorten-method truncate`` and
 ``--max-positions`` cut them to the model.
 
 Inputs, each a file or a folder:
@@ -389,6 +393,8 @@ def input_manifest(cfg: ClassificationConfig) -> dict:
         "labels": list(cfg.labels) if cfg.labels is not None else None,
         "report_length": cfg.report_length,
         "subword": {"kind": cfg.subword.kind, "files": [file_stamp(p) for p in cfg.subword.input_files()]},
+        # label/dict.txt holds the classes (earlier preparations wrote the names: they are redone)
+        "label_symbols": "classes",
     }
 
 
@@ -505,7 +511,7 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
         encoder.write_dictionary(staging.dir / "input0" / "dict.txt")
         train_counts = Counter(r.label for r in splits["train"])
         (staging.dir / "label" / "dict.txt").write_text(
-            "".join(f"{label} {train_counts[label]}\n" for label in labels), encoding="utf-8"
+            "".join(f"{index} {train_counts[label]}\n" for index, label in enumerate(labels)), encoding="utf-8"
         )
         result = {
             "labels": labels,

@@ -17,9 +17,9 @@ made from and what came out. This module holds what they share:
 - :func:`file_stamp` (what a manifest records of an input file), :func:`batched`, and
   :func:`aligned_table`, the layout of the stats table each command prints.
 
-fairseq itself is imported only where a dataset is written (:class:`MmapWriter`): the
-spawn workers of ``prep docs`` import their readers through this module, and importing
-fairseq would add seconds to each worker's start.
+fairseq itself is never imported: :class:`MmapWriter` writes its layout from the
+constants below (tests hold them, and the files, equal to fairseq's), since importing
+fairseq costs every ``prep`` command, and each spawn worker of ``prep docs``, seconds.
 """
 
 from __future__ import annotations
@@ -215,6 +215,21 @@ class Staging:
         return manifest
 
 
+# fairseq's mmap index (``MMapIndexedDataset.Index``): its magic, its version, and the
+# codes of the dtypes a writer here stores (fairseq's ``_code_to_dtype``).
+MMAP_MAGIC = b"MMIDIDX\x00\x00"
+MMAP_VERSION = 1
+MMAP_DTYPE_CODES = {np.uint16: 8, np.uint32: 9, np.int64: 5, np.int32: 4}
+
+
+def token_dtype(vocab_size: int | None):
+    """The smallest unsigned type fairseq stores ids below ``vocab_size`` in
+    (``indexed_dataset.best_fitting_int_dtype``)."""
+    if vocab_size is None:
+        return np.uint32
+    return np.uint16 if vocab_size < 65500 else np.uint32 if vocab_size < 4294967295 else np.int64
+
+
 class MmapWriter:
     """One fairseq mmap dataset (``prefix.bin`` + ``prefix.idx``), written item by item.
 
@@ -236,15 +251,11 @@ class MmapWriter:
     """
 
     def __init__(self, prefix: Path, vocab_size: int | None = None, signed: bool = False):
-        from fairseq.data import indexed_dataset
-
         self.prefix = str(prefix)
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-        self.dtype = np.int32 if signed else indexed_dataset.best_fitting_int_dtype(vocab_size)
-        # What fairseq's index writer puts before the sizes: magic, version 1, the dtype's code.
-        self._header = indexed_dataset.MMapIndexedDataset.Index._HDR_MAGIC + struct.pack(
-            "<QB", 1, indexed_dataset._dtype_header_code(self.dtype)
-        )
+        self.dtype = np.int32 if signed else token_dtype(vocab_size)
+        # What fairseq's index writer puts before the sizes: magic, version, the dtype's code.
+        self._header = MMAP_MAGIC + struct.pack("<QB", MMAP_VERSION, MMAP_DTYPE_CODES[self.dtype])
         self._data = open(self.prefix + ".bin", "wb")
         self._sizes = array("i")  # int32, as the index stores them
         self.items = self.tokens = 0

@@ -48,7 +48,7 @@ from typing import Iterator, Union
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import BOS, EOS, PrepKind, jsonl_records, split_sentences
+from longformer_fs.conventions import BOS, EOS, SOURCE, TARGET, PrepKind, jsonl_records, split_sentences
 
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import wrong_kind
@@ -57,7 +57,6 @@ from .subword import SubwordSpec
 from .tokenizer_pool import load_encoder, process_encoder, tokenizer_pool
 
 KIND = PrepKind.SUMMARIZATION
-SOURCE, TARGET = "source", "target"
 BATCH_PAIRS = 16  # pairs per tokenizer task: sources run to tens of thousands of tokens
 REPORTED = 50  # examples of dropped lines kept in stats.json
 

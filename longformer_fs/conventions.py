@@ -11,7 +11,8 @@ agree on lives here, and only that: a change here changes both sides at once.
   (:func:`dictionary_lookup`);
 - the marker symbols a task adds to the dictionary (:data:`WIKIHOP_SYMBOLS`), the
   datasets a fine-tuning preparation writes for its task (:data:`HOTPOTQA_FILES`), and
-  how a coreference document splits into segments (:func:`segment_count`);
+  how a coreference document splits into segments (:func:`segment_count`), and the
+  names of a summarization pair's sides (:data:`SOURCE`, :data:`TARGET`);
 - each QA dataset's answer normalisation (:data:`NORMALIZATIONS`): TriviaQA's distant
   supervision (``prep qa``) must call equal exactly what its metric does;
 - the sentence splitter (:func:`split_sentences`): references are prepared, and
@@ -125,6 +126,11 @@ QA_FILES = ("tokens", "starts", "ends", "offsets")
 WIKIHOP_FILES = ("prefix", "context", "label")
 HOTPOTQA_FILES = ("tokens", "offsets", "starts", "ends", "paragraphs", "sentences", "qtype")
 COREF_FILES = ("tokens", "sentence", "speaker", "mentions")
+
+# LED's data is fairseq ``translation`` data whose two sides are named so: ``prep
+# summarization`` writes ``{split}.source-target.{source,target}`` and ``dict.source.txt``,
+# and the translation task reads them back by these names.
+SOURCE, TARGET = "source", "target"
 
 # Coreference reads a document as consecutive segments ``<s> tokens </s>`` of the model's
 # length: ``prep coref`` counts them for its stats, the task builds them.

@@ -223,13 +223,11 @@ def model_overrides(model: Path) -> list[str]:
 
     Raises:
         RecipeError: not a ``longformer_roberta`` checkpoint.
+        CheckpointError: not a readable fairseq checkpoint.
     """
-    import torch
+    from .models.checkpoints import config_get, model_config, model_name, read_checkpoint
 
-    from .models.checkpoints import config_get, model_config, model_name
-
-    state = torch.load(model, map_location="cpu", weights_only=False, mmap=True)
-    cfg = model_config(state) or {}
+    cfg = model_config(read_checkpoint(model, upgrade=False))
     name = str(model_name(cfg))
     if not name.startswith("longformer_roberta"):
         raise RecipeError(
@@ -263,11 +261,11 @@ def _check_dictionary(model: Path, data_dict: Path, new_tokens: tuple[str, ...])
 
 def best_metrics(checkpoints: list[Path]) -> list[float]:
     """The best validation metric fairseq recorded in each ``checkpoint_best.pt``."""
-    import torch
+    from .models.checkpoints import read_checkpoint
 
     values = []
     for path in checkpoints:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = read_checkpoint(path, upgrade=False)
         best = state.get("extra_state", {}).get("best")
         if best is None:
             raise RecipeError(f"{path} records no best validation metric; was it validated?")
@@ -320,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(finetune_overrides(args.name, args.data, args.nproc, args.model)))
             return 0
         return report(args.name, args.data, args.checkpoints)
-    except (RecipeError, OSError) as err:
+    except (ValueError, OSError) as err:  # RecipeError, an unreadable checkpoint (CheckpointError)
         print(f"error: {err}", file=sys.stderr)
         return 2
 

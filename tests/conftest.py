@@ -3,35 +3,46 @@ built or trained once per pytest run, when a test first asks for it, and read (n
 changed) by every test that asks for it after. Functions and constants the tests share
 are in helpers.py."""
 
+import json
 import os
 import sys
 import zipfile
+from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+# Under pytest-xdist (`make test` runs one worker per core) each worker, and every process
+# it starts, gets its share of the cores: set before torch is imported, and inherited.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _threads = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, _threads)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import BIN, CHAR_SPLITS, ON_CPU, TINY_ROBERTA, char_lm_logs, cli, run, runs_text  # noqa: E402
-
-__all__ = ["BAND_BACKENDS", "backend_or_skip", "cli"]  # what tests import from here
+from helpers import (  # noqa: E402
+    BART_TRAINING,
+    BIN,
+    CHAR_SPLITS,
+    ON_CPU,
+    TINY_BART,
+    TINY_ROBERTA,
+    built_once,
+    char_lm_logs,
+    ok,
+    pretrain_roberta,
+    run,
+    runs_text,
+)
+from hf_models import bart_as_hf, english, save_model, scaled, train_tokenizer, vocab_size  # noqa: E402
+from releases import ARXIV_SENTENCES, REVIEWS, WIKIPEDIA, write_arxiv_release  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-BAND_BACKENDS = [pytest.param(name, id=name) for name in ("reference", "chunks", "kernel")]
-
-
-def backend_or_skip(name):
-    from longformer_fs.attention import available_backends
-
-    if name not in available_backends():
-        pytest.skip(f"backend {name!r} not available here")
-    return name
 
 
 # ---------------------------------------------------------------- tiny corpora and models
@@ -42,25 +53,31 @@ def char_corpus(tmp_path_factory):
     """A tiny text8 prepared by ``longformer-fs prep``'s code: 16,000 / 2,000 / 2,000
     characters (CHAR_SPLITS) of ten short words. Its directory is named text8, so its
     parent is a DATA directory for the Makefile's text8 targets."""
-    from data_prep.char_corpus import prepare
 
-    tmp = tmp_path_factory.mktemp("char_corpus")
-    rng = np.random.default_rng(0)
-    words = [b"the", b"cat", b"sat", b"on", b"a", b"mat", b"and", b"dog", b"ran", b"far"]
-    text = b" ".join(words[i] for i in rng.integers(0, len(words), 6000))[: sum(CHAR_SPLITS)]
-    with zipfile.ZipFile(tmp / "text8.zip", "w") as archive:
-        archive.writestr("text8", text)
-    prepare("text8", tmp / "data" / "text8", tmp / "text8.zip", verify=False, split_sizes=CHAR_SPLITS)
-    return tmp / "data" / "text8"
+    def build(tmp):
+        from data_prep.char_corpus import prepare
+
+        rng = np.random.default_rng(0)
+        words = [b"the", b"cat", b"sat", b"on", b"a", b"mat", b"and", b"dog", b"ran", b"far"]
+        text = b" ".join(words[i] for i in rng.integers(0, len(words), 6000))[: sum(CHAR_SPLITS)]
+        with zipfile.ZipFile(tmp / "text8.zip", "w") as archive:
+            archive.writestr("text8", text)
+        prepare("text8", tmp / "data" / "text8", tmp / "text8.zip", verify=False, split_sizes=CHAR_SPLITS)
+
+    return built_once(tmp_path_factory, "char_corpus", build) / "data" / "text8"
 
 
 @pytest.fixture(scope="session")
 def tiny_char_lm(char_corpus, tmp_path_factory):
     """TINY_CHAR_LM trained 40 updates by fairseq-train on char_corpus, validated after each
     epoch: its checkpoint_last.pt and the run's (train_inner | valid, entry) log lines."""
-    save = tmp_path_factory.mktemp("tiny_char_lm")
-    logs = char_lm_logs(char_corpus, "--max-update", "40", "--save-dir", save, "--no-epoch-checkpoints")
-    return save / "checkpoint_last.pt", logs
+
+    def build(save):
+        logs = char_lm_logs(char_corpus, "--max-update", "40", "--save-dir", save, "--no-epoch-checkpoints")
+        (save / "logs.json").write_text(json.dumps(logs))
+
+    save = built_once(tmp_path_factory, "tiny_char_lm", build)
+    return save / "checkpoint_last.pt", [tuple(entry) for entry in json.loads((save / "logs.json").read_text())]
 
 
 @pytest.fixture(scope="session")
@@ -68,12 +85,14 @@ def runs_corpus(tmp_path_factory):
     """fairseq-preprocess'd text of 16 words repeated in runs of 3 to 6 (helpers.runs_text),
     60,000 words to train and 12,000 to validate: a masked word is its neighbours' word,
     which a model can only find if it knows where its neighbours are (positions)."""
-    tmp = tmp_path_factory.mktemp("runs_corpus")
-    (tmp / "train.txt").write_text(runs_text(60000, 0))
-    (tmp / "valid.txt").write_text(runs_text(12000, 1))
-    run(BIN / "fairseq-preprocess", "--only-source", "--trainpref", tmp / "train.txt", "--validpref",
-        tmp / "valid.txt", "--destdir", tmp / "bin", "--workers", "1")  # fmt: skip
-    return tmp / "bin"
+
+    def build(tmp):
+        (tmp / "train.txt").write_text(runs_text(60000, 0))
+        (tmp / "valid.txt").write_text(runs_text(12000, 1))
+        run(BIN / "fairseq-preprocess", "--only-source", "--trainpref", tmp / "train.txt", "--validpref",
+            tmp / "valid.txt", "--destdir", tmp / "bin", "--workers", "1")  # fmt: skip
+
+    return built_once(tmp_path_factory, "runs_corpus", build) / "bin"
 
 
 @pytest.fixture(scope="session")
@@ -81,13 +100,122 @@ def tiny_roberta(runs_corpus, tmp_path_factory):
     """A released-RoBERTa-like directory (model.pt and dict.txt): a 2-layer RoBERTa with 128
     positions trained 1,000 updates by fairseq-train on runs_corpus. It has learned
     locality: under 2 bits per masked token (uniform guessing is 4)."""
-    save = tmp_path_factory.mktemp("tiny_roberta")
-    run(BIN / "fairseq-train", runs_corpus, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta",
-        *TINY_ROBERTA, "--max-positions", "128", "--tokens-per-sample", "128", "--sample-break-mode", "none",
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-3", "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16", "--max-update", "1000",
-        "--dropout", "0", "--attention-dropout", "0", "--save-dir", save, "--no-epoch-checkpoints",
-        "--disable-validation", "--seed", "1", *ON_CPU, "--log-format", "simple", "--log-interval", "100")  # fmt: skip
-    (save / "checkpoint_last.pt").rename(save / "model.pt")
-    (save / "dict.txt").write_bytes((runs_corpus / "dict.txt").read_bytes())
-    return save
+
+    def build(save):
+        run(BIN / "fairseq-train", runs_corpus, "--task", "masked_lm", "--criterion", "masked_lm", "--arch",
+            "roberta", *TINY_ROBERTA, "--max-positions", "128", "--tokens-per-sample", "128",
+            "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-3",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16",
+            "--max-update", "1000", "--dropout", "0", "--attention-dropout", "0", "--save-dir", save,
+            "--no-epoch-checkpoints", "--disable-validation", "--seed", "1", *ON_CPU, "--log-format", "simple",
+            "--log-interval", "100")  # fmt: skip
+        (save / "checkpoint_last.pt").rename(save / "model.pt")
+        (save / "dict.txt").write_bytes((runs_corpus / "dict.txt").read_bytes())
+
+    return built_once(tmp_path_factory, "tiny_roberta", build)
+
+
+# ---------------------------------------------------------------- released models, as the hubs ship them
+#
+# What the journeys start from, built once per test run: released models as their hubs
+# ship them, at toy size.
+#
+# - ``gpt2``: GPT-2-style BPE files (``encoder.json``, ``vocab.bpe``) and a RoBERTa-style
+#   ``dict.txt`` over them, trained on English text;
+# - ``roberta_base``: fairseq's RoBERTa release layout (``model.pt``, ``dict.txt``), a
+#   2-layer RoBERTa trained by fairseq-train over that dictionary;
+# - ``bart_base``: fairseq's BART release layout, a 2 + 2-layer BART with BART's 1,024
+#   positions trained by fairseq-train, and ``bart_hub``, the same model in HF's layout
+#   (``bart-large/`` on the hub);
+# - ``longformer_hub`` and ``led_hub``: ``allenai/longformer-base-4096`` and
+#   ``allenai/led-large-16384`` as the hub serves them (their position counts, both tokenizer
+#   layouts, ``.bin`` or safetensors weights), built by transformers.
+
+
+def tokenizer_texts() -> list[str]:
+    """English to train the tokenizers on: the docs, the licence texts, the releases' words."""
+    return [*english(), *REVIEWS.values(), *WIKIPEDIA.values(), " ".join(ARXIV_SENTENCES)]
+
+
+@pytest.fixture(scope="session")
+def gpt2(tmp_path_factory) -> Path:
+    from data_prep.gpt2_bpe import train_bpe
+
+    return built_once(tmp_path_factory, "journey_gpt2", lambda d: train_bpe(tokenizer_texts(), d, 800))
+
+
+def bpe_args(gpt2: Path) -> list:
+    return ["--encoder-json", gpt2 / "encoder.json", "--vocab-bpe", gpt2 / "vocab.bpe", "--dict", gpt2 / "dict.txt"]
+
+
+@pytest.fixture(scope="session")
+def roberta_base(gpt2, tmp_path_factory) -> Path:
+    def build(d):
+        (d / "corpus").mkdir()
+        for i, text in enumerate(tokenizer_texts()):
+            (d / "corpus" / f"{i}.txt").write_text(text)
+        ok("prep", "docs", "--source", f"text=txt:{d / 'corpus'}", *bpe_args(gpt2), "--workers", "1",
+           "--out", d / "data")  # fmt: skip
+        (d / "release").mkdir()
+        pretrain_roberta(d / "data", gpt2 / "dict.txt", d / "release", updates=2)
+
+    return built_once(tmp_path_factory, "journey_roberta", build) / "release"
+
+
+@pytest.fixture(scope="session")
+def bart_base(gpt2, tmp_path_factory) -> Path:
+    def build(d):
+        arxiv = write_arxiv_release(d)
+        ok("prep", "summarization", "--format", "arxiv", "--train", arxiv / "train.txt", "--valid",
+           arxiv / "val.txt", *bpe_args(gpt2), "--workers", "1", "--out", d / "data")  # fmt: skip
+        run(BIN / "fairseq-train", d / "data", *BART_TRAINING, "--arch", "bart_base", *TINY_BART,
+            "--max-source-positions", "1024", "--max-target-positions", "1024", "--lr", "1e-3", "--batch-size", "4",
+            "--max-update", "2",
+            "--save-dir", d / "save")  # fmt: skip
+        (d / "release").mkdir()
+        (d / "save" / "checkpoint_last.pt").rename(d / "release" / "model.pt")
+        (d / "release" / "dict.txt").write_bytes((gpt2 / "dict.txt").read_bytes())
+
+    return built_once(tmp_path_factory, "journey_bart", build) / "release"
+
+
+@pytest.fixture(scope="session")
+def bart_hub(bart_base, gpt2, tmp_path_factory) -> Path:
+    return built_once(tmp_path_factory, "journey_bart_hub", lambda d: bart_as_hf(bart_base, gpt2, d))
+
+
+@pytest.fixture(scope="session")
+def hub_tokenizer(tmp_path_factory) -> Path:
+    return built_once(tmp_path_factory, "journey_hub_tokenizer", lambda d: train_tokenizer(tokenizer_texts(), d, 800))
+
+
+@pytest.fixture(scope="session")
+def longformer_hub(hub_tokenizer, tmp_path_factory) -> Path:
+    """``longformer-base-4096/`` at toy width: 4,098 positions, windows of 16 (8 a side),
+    ``pytorch_model.bin``, ``tokenizer.json`` and ``vocab.json`` + ``merges.txt``."""
+    from transformers import LongformerConfig, LongformerForMaskedLM
+
+    config = LongformerConfig(vocab_size=vocab_size(hub_tokenizer), hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=64, attention_window=[16, 16],
+                              max_position_embeddings=4098, layer_norm_eps=1e-5, type_vocab_size=1)  # fmt: skip
+    return built_once(
+        tmp_path_factory,
+        "journey_longformer_hub",
+        lambda d: save_model(scaled(LongformerForMaskedLM(config)), hub_tokenizer, d, weights="bin", tokenizer="both"),
+    )
+
+
+@pytest.fixture(scope="session")
+def led_hub(hub_tokenizer, tmp_path_factory) -> Path:
+    """``led-large-16384/`` at toy width: 16,384 source positions, windows of 16."""
+    from transformers import LEDConfig, LEDForConditionalGeneration
+
+    config = LEDConfig(vocab_size=vocab_size(hub_tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
+                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                       attention_window=[16, 16], max_encoder_position_embeddings=16384,
+                       max_decoder_position_embeddings=1024)  # fmt: skip
+    return built_once(
+        tmp_path_factory,
+        "journey_led_hub",
+        lambda d: save_model(scaled(LEDForConditionalGeneration(config)), hub_tokenizer, d),
+    )

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -42,11 +43,43 @@ TINY_ROBERTA += ["--encoder-attention-heads", "4"]
 ON_CPU = ["--cpu", "--num-workers", "0"]
 
 
+# A 2 + 2-layer BART, 64 wide, for fairseq-train (`--arch bart_base` with these sizes), and
+# how the tests train it: fairseq's translation task over `prep summarization` data.
+BART_SIZES = {
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_embed_dim": 64,
+    "decoder_embed_dim": 64,
+    "encoder_ffn_embed_dim": 128,
+    "decoder_ffn_embed_dim": 128,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+}
+TINY_BART = [x for k, v in BART_SIZES.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+TINY_BART += ["--share-all-embeddings", "--max-target-positions", "128"]
+BART_TRAINING = ["--task", "translation", "--source-lang", "source", "--target-lang", "target",
+                 "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.0",
+                 "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--batch-size", "16", "--dropout", "0.0",
+                 "--attention-dropout", "0", "--no-epoch-checkpoints", *ON_CPU, "--log-format", "simple",
+                 "--seed", "1", "--disable-validation", "--user-dir", str(USER_DIR)]  # fmt: skip
+
 # How the fine-tuning tests train: the tiny RoBERTa without dropout, Adam, in this process's
 # CPU; and the command of a fine-tuning run of fairseq-train over them (``finetune_command``).
 FINETUNE_SIZES = [*TINY_ROBERTA, "--dropout", "0", "--attention-dropout", "0"]
 FINETUNE_COMMON = [*ON_CPU, "--log-format", "simple", "--seed", "1", "--no-epoch-checkpoints"]
 FINETUNE_COMMON += ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--user-dir", str(USER_DIR)]
+
+
+# The band backends every attention test runs (docs/design.md, "adding an attention backend").
+BAND_BACKENDS = [pytest.param(name, id=name) for name in ("reference", "chunks", "kernel")]
+
+
+def backend_or_skip(name):
+    from longformer_fs.attention import available_backends
+
+    if name not in available_backends():
+        pytest.skip(f"backend {name!r} not available here")
+    return name
 
 
 # ---------------------------------------------------------------- commands
@@ -165,6 +198,75 @@ def char_lm_logs(data, *extra) -> list[tuple[str, dict]]:
             if marker in line:
                 logs.append((tag, json.loads(line.split(marker, 1)[1])))
     return logs
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A directory ``build(directory)`` fills once per test run, however many pytest-xdist
+    workers ask for it: the first builds it under a lock in the run's shared temporary
+    root; the others wait for it and read it."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        root = root.parent  # the workers' base directories share this parent
+    directory, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            if directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir()
+            build(directory)
+            done.touch()
+    return directory
+
+
+# ---------------------------------------------------------------- unreadable checkpoints
+
+
+class _RunsCode:
+    """Pickles as a call to ``os.system``: what a checkpoint from a stranger may hold."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def unreadable_checkpoints(directory: Path, good: Path) -> tuple[dict[str, Path], Path]:
+    """A truncated copy of ``good`` and a checkpoint whose unpickling would create a file:
+    ``({kind: path}, that file)``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    truncated, hostile, marker = directory / "truncated.pt", directory / "runs_code.pt", directory / "it_ran"
+    data = good.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    import torch
+
+    torch.save({"model": {}, "cfg": {"model": {"_name": "x"}}, "x": _RunsCode(f"touch {marker}")}, hostile)
+    return {"truncated": truncated, "runs code": hostile}, marker
+
+
+def assert_refused_in_one_line(directory: Path, args: list[str], tmp: Path, good: Path) -> None:
+    """``longformer-fs ARGS`` run in ``directory``, ``{checkpoint}`` in them replaced by a
+    truncated copy of ``good`` and by a checkpoint that would run code: each exits 2 with
+    one line naming the file, runs nothing, and leaves an ``--out`` it was given as it was."""
+    bad, marker = unreadable_checkpoints(tmp, good)
+    out = Path(args[args.index("--out") + 1]) if "--out" in args else None
+    for kind, path in bad.items():
+        with contextlib.chdir(directory):
+            before = _snapshot(out)
+            result = cli(*[str(path) if a == "{checkpoint}" else a for a in args])
+            after = _snapshot(out)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and str(path) in lines[0], (kind, args, result.stderr)
+        assert not marker.exists(), f"{args[0]} ran the code in a checkpoint"
+        assert before == after, f"{args[0]} changed {out} on a {kind} checkpoint"
+
+
+def _snapshot(directory: Path | None) -> dict | None:
+    if directory is None or not directory.exists():
+        return None
+    return {str(p): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 # ---------------------------------------------------------------- inputs

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli
+from helpers import cli
 
 from longformer_fs.cli import COMMANDS, main
 

@@ -1,47 +1,30 @@
 """The commands the README and docs/ show exist: each ``longformer-fs`` subcommand named in a
-fenced block answers ``--help``, and each ``make`` target named there is a rule
-(``make -n``). A renamed command or target breaks this test, not a user's first try."""
+shell block answers ``--help``, and each ``make`` target named there is a rule (``make
+-n``), the blocks no journey runs (GPUs, clusters) included. A renamed command or target
+breaks this test, not a user's first try; ``tests/journeys/`` runs the journeys."""
 
 import re
-import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cli
+from helpers import cli
+from pages import ROOT, all_blocks, words
 
 from longformer_fs.cli import COMMANDS
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```(?:bash|sh|console)?\n(.*?)^```", re.M | re.S)
-
-
-def shell_lines(page: Path) -> list[str]:
-    """Each command line of the page's fenced shell blocks, continuations joined, comments cut."""
-    lines = []
-    for block in FENCE.findall(page.read_text()):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if line and not line.startswith("#"):
-                lines.append(line)
-    return lines
-
 
 def invocations(program: str) -> set[tuple[str, ...]]:
-    """``(page, words...)`` of every line that runs ``program``, across the pages."""
+    """``(page, words...)`` of every command in the pages' shell blocks that runs ``program``."""
     found = set()
-    for page in PAGES:
-        for line in shell_lines(page):
+    for block in all_blocks():
+        for line in block.lines:
             for part in re.split(r"&&|\|\||;", line):
-                try:
-                    words = shlex.split(part)
-                except ValueError:  # a quote the comment cut opened: words are enough here
-                    words = part.split()
-                while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value prefixes
-                    words = words[1:]
-                if words and Path(words[0]).name == program:
-                    found.add((page.name, *words[1:]))
+                command = words(part)
+                while command and "=" in command[0] and not command[0].startswith("-"):  # VAR=value prefixes
+                    command = command[1:]
+                if command and Path(command[0]).name == program:
+                    found.add((block.page.name, *command[1:]))
     return found
 
 

@@ -29,7 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(mapped to model ids through --dict)",
     )
     parser.add_argument(
-        "--dict", type=Path, default=None, help="the model's fairseq dict.txt (default: next to the checkpoint)"
+        "--dict",
+        type=Path,
+        default=None,
+        help="the model's fairseq dict.txt, for --tokenizer (default: the one next to the checkpoint, else the one "
+        "in the data directory the checkpoint was trained on)",
     )
 
 
@@ -45,4 +49,6 @@ def _summary(report: dict):
         f"{'' if len(set(report['attention_window_hf'])) == 1 else ' ...'}, vocab {report['vocab']}, "
         f"tokenizer: {report['tokenizer'] or 'none'})"
     )
+    if report["dictionary"]:
+        yield f"  dictionary: {report['dictionary']}"
     yield f"  load: transformers.{report['model_class']}.from_pretrained({str(report['output'])!r})"

@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Tokenize labelled documents and write them in the layout of fairseq's sentence_prediction task: "
         "input0/{split}.{bin,idx} + input0/dict.txt (token ids, </s>; the task's --init-token 0 adds <s>) and "
-        "label/{split}.{bin,idx} + label/dict.txt (targets 0..K-1 in label order). Documents are not truncated "
+        "label/{split}.{bin,idx} + label/dict.txt (the classes 0..K-1, in label order; prep.json names them). "
+        "Documents are not truncated "
         "(use the task's --shorten-method truncate). Prints per split the documents, label counts and token "
         "lengths, and what was skipped. Rerunning with the same inputs does nothing."
     )

@@ -21,7 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hyp", type=Path, required=True, help="the hypotheses (system summaries): .jsonl or text")
     parser.add_argument("--ref", type=Path, required=True, help="the references: .jsonl or text")
-    parser.add_argument("--hyp-field", default="hypothesis", help="the field holding the summary in a --hyp .jsonl")
+    parser.add_argument(
+        "--hyp-field",
+        default="summary",
+        help="the field holding the summary in a --hyp .jsonl (summarize --out writes 'summary')",
+    )
     parser.add_argument("--ref-field", default="reference", help="the field holding the summary in a --ref .jsonl")
     parser.add_argument("--verbose", action="store_true", help="print precision and recall too")
     parser.add_argument("--json", action="store_true", help="print the scores (precision, recall, F1) as JSON")

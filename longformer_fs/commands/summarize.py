@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -17,13 +18,12 @@ from ..conventions import jsonl_records
 from ..evaluation.rouge import rouge_scores
 from ..evaluation.summarization import (
     GenerationSettings,
-    find_dictionary,
     generate,
     load_summarizer,
     source_tokens,
     to_text,
 )
-from ..models.checkpoints import read_checkpoint
+from ..models.checkpoints import find_dictionary, read_checkpoint
 from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
 
@@ -100,10 +100,10 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("inputs: give document files, or --data DIR (a prep summarization directory), not both")
     settings = GenerationSettings(args.beam, args.lenpen, args.no_repeat_ngram_size, args.min_len, args.max_len)
     settings.check()
-    if not args.checkpoint.is_file():
-        raise FileNotFoundError(f"checkpoint: {args.checkpoint} does not exist")
     state = read_checkpoint(args.checkpoint)
-    args.dict = args.dict or find_dictionary(args.checkpoint, state, args.data)
+    if args.dict is None:
+        args.dict = find_dictionary(args.checkpoint, state, args.data)
+        print(f"dictionary: {args.dict}", file=sys.stderr)  # stdout may be the summaries
     encoder = subword_spec(args).load()
     model, task = load_summarizer(args.checkpoint, args.dict, args.data, args.device, state)
     max_positions = model.max_positions()[0]

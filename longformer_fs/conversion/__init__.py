@@ -6,6 +6,7 @@
   (:mod:`.hf_import`, reading :mod:`.hf_directory` and :mod:`.hf_tokenizer`);
 - ``longformer_roberta`` and ``led`` -> HF transformers (:mod:`.hf`, :mod:`.hf_led`).
 
-:mod:`.hf_layout` holds the weight-name tables both directions read. Our own layout is the
-model modules' (:mod:`longformer_fs.models`).
+:mod:`.hf_layout` holds the weight-name tables both directions read, and :mod:`.output`
+how every converter writes its directory (all or nothing). Our own layout is the model
+modules' (:mod:`longformer_fs.models`).
 """

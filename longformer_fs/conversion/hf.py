@@ -30,12 +30,13 @@ from transformers import (
 
 from ..conventions import BOS, EOS, PAD
 from ..models import longformer_roberta as layout
-from ..models.checkpoints import model_config, model_name, read_checkpoint
+from ..models.checkpoints import find_dictionary, model_config, model_name, read_checkpoint
 from ..modules.per_layer import layer_values
 from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_led import export_led
 from .hf_tokenizer import write_hf_tokenizer
+from .output import staged_output
 
 
 class ExportError(ValueError):
@@ -159,9 +160,12 @@ EXPORTERS = {"longformer_roberta": export_longformer, "led": export_led}
 
 
 def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None) -> dict:
-    """Write ``out_dir`` for the HF class of the checkpoint's model; returns a report."""
-    if not Path(checkpoint).is_file():
-        raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
+    """Write ``out_dir`` for the HF class of the checkpoint's model; returns a report.
+
+    With ``tokenizer``, the model's ``dictionary`` maps it to model ids; by default the
+    one :func:`~longformer_fs.models.checkpoints.find_dictionary` finds (the report names
+    it). All or nothing: on any error ``out_dir`` is left as it was.
+    """
     state = read_checkpoint(checkpoint)
     args = model_config(state)
     name = str(model_name(args))
@@ -178,12 +182,19 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     out_dir = Path(out_dir)
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
         raise FileExistsError(f"--out: {out_dir} holds something other than an HF export; choose another directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
+    if tokenizer is not None and dictionary is None:
+        dictionary = find_dictionary(checkpoint, state)
+    if dictionary is not None and not Path(dictionary).is_file():
+        raise FileNotFoundError(f"--dict: {dictionary} does not exist (the model's fairseq dict.txt)")
     tokenizer_kind = None
-    if tokenizer is not None:
-        dict_path = Path(dictionary) if dictionary else Path(checkpoint).parent / "dict.txt"
-        if not dict_path.is_file():
-            raise FileNotFoundError(f"--dict: {dict_path} does not exist (the model's fairseq dict.txt)")
-        tokenizer_kind = write_hf_tokenizer(Path(tokenizer), dict_path, out_dir)
-    return {"checkpoint": str(checkpoint), "output": str(out_dir), **report, "tokenizer": tokenizer_kind}
+    with staged_output(out_dir) as staging:
+        model.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer_kind = write_hf_tokenizer(Path(tokenizer), Path(dictionary), staging)
+    return {
+        "checkpoint": str(checkpoint),
+        "output": str(out_dir),
+        **report,
+        "tokenizer": tokenizer_kind,
+        "dictionary": None if dictionary is None else str(dictionary),
+    }

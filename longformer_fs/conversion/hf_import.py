@@ -25,8 +25,6 @@ as ``convert-roberta`` and ``convert-bart`` do, with the tokenizer as ``prep`` t
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +38,7 @@ from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights
 from .hf_tokenizer import ByteLevelBPE, check_tokenizer, dictionary_lines, read_tokenizer, write_bpe_files
+from .output import staged_output
 from .source import NotConvertibleError, extend_positions, training_config
 
 ENCODERS = ("longformer", "roberta")
@@ -514,8 +513,8 @@ def import_hf(hf_dir: Path, out_dir: Path, max_positions: int | None = None, tok
     """``longformer-fs import-hf``: a Longformer or LED hub directory as ``out_dir/model.pt``
     and ``dict.txt`` (with ``encoder.json`` and ``vocab.bpe`` for ``prep``); returns the report.
 
-    Everything is read and checked before anything is written, and the files are written
-    beside ``out_dir`` and moved in, so on any error ``out_dir`` is left as it was.
+    Everything is read and checked before anything is written, and the files are staged
+    (:func:`~.output.staged_output`), so on any error ``out_dir`` is left as it was.
     """
     out_dir = Path(out_dir)
     model = read_hf_model(hf_dir, ("longformer", "led"), tokenizer)
@@ -543,16 +542,11 @@ def import_hf(hf_dir: Path, out_dir: Path, max_positions: int | None = None, tok
         "tokenizer": [str(f) for f in model.tokenizer.files],
         "source_files": stamp,
     }  # fmt: skip
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as staging:
-        staging = Path(staging)
+    with staged_output(out_dir) as staging:
         save_start_checkpoint({"cfg": cfg}, model.weights, staging / "model.pt")
         (staging / "dict.txt").write_text("".join(line + "\n" for line in model.dictionary), encoding="utf-8")
         write_bpe_files(model.tokenizer, staging)
         (staging / IMPORT_RECORD).write_text(json.dumps(report, indent=2) + "\n")
-        out_dir.mkdir(exist_ok=True)
-        for path in staging.iterdir():
-            shutil.move(str(path), str(out_dir / path.name))
     return report
 
 

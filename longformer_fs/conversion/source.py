@@ -23,6 +23,7 @@ from ..models.checkpoints import (
     reserved_position_rows,
     save_start_checkpoint,
 )
+from .output import staged_output
 
 
 class NotConvertibleError(ValueError):
@@ -62,19 +63,18 @@ def write_converted(
     """Write a converted checkpoint: ``out_dir/model.pt`` (fairseq-train starts from it),
     ``out_dir/dict.txt`` and, for an HF source, ``encoder.json`` and ``vocab.bpe``;
     ``task_settings`` go into the task config it was trained with, where it has one.
-    Returns the path of model.pt."""
+    All or nothing (:func:`~.output.staged_output`). Returns the path of model.pt."""
     from .hf_tokenizer import write_bpe_files
 
     cfg = source.state.get("cfg")
     if cfg is not None and cfg.get("task") is not None:
         config_set(cfg["task"], **task_settings)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_start_checkpoint(source.state, weights, out_dir / "model.pt")
-    (out_dir / "dict.txt").write_text("".join(line + "\n" for line in dictionary), encoding="utf-8")
-    if source.tokenizer is not None:
-        write_bpe_files(source.tokenizer, out_dir)
-    return out_dir / "model.pt"
+    with staged_output(out_dir) as staging:
+        save_start_checkpoint(source.state, weights, staging / "model.pt")
+        (staging / "dict.txt").write_text("".join(line + "\n" for line in dictionary), encoding="utf-8")
+        if source.tokenizer is not None:
+            write_bpe_files(source.tokenizer, staging)
+    return Path(out_dir) / "model.pt"
 
 
 def read_source(src: Path, hf_types: tuple[str, ...] = ()) -> SourceCheckpoint:
@@ -83,8 +83,8 @@ def read_source(src: Path, hf_types: tuple[str, ...] = ()) -> SourceCheckpoint:
 
     Raises:
         FileNotFoundError: a missing checkpoint or dictionary.
-        NotConvertibleError: not a readable fairseq checkpoint with a model config, or an
-            HF directory of another model type.
+        CheckpointError: not a readable fairseq checkpoint.
+        NotConvertibleError: an HF directory of another model type.
     """
     src = Path(src)
     if src.is_dir() and (src / "config.json").is_file() and not (src / "model.pt").is_file():
@@ -96,13 +96,8 @@ def read_source(src: Path, hf_types: tuple[str, ...] = ()) -> SourceCheckpoint:
     for path, what in ((ckpt, "checkpoint"), (dictionary, "dictionary (dict.txt next to the checkpoint)")):
         if not path.is_file():
             raise FileNotFoundError(f"{what}: {path} does not exist")
-    try:
-        state = read_checkpoint(ckpt)
-    except Exception as err:  # pickle, zip or torch errors: report the file, not the stack
-        raise NotConvertibleError(f"checkpoint: {ckpt} could not be read as a fairseq checkpoint ({err})") from None
+    state = read_checkpoint(ckpt)
     model_cfg = model_config(state)
-    if model_cfg is None or "model" not in state:
-        raise NotConvertibleError(f"checkpoint: {ckpt} has no model config and weights; is it a fairseq checkpoint?")
     lines = dictionary.read_text(encoding="utf-8").splitlines()
     return SourceCheckpoint(ckpt, lines, state, model_cfg, model_name(model_cfg))
 

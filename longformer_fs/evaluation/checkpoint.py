@@ -12,7 +12,7 @@ from fairseq.dataclass.utils import overwrite_args_by_name
 from tqdm import tqdm
 
 from .. import components  # noqa: F401  (the checkpoint's model and task are ours)
-from ..models.checkpoints import allow_argparse_checkpoints
+from ..models.checkpoints import read_checkpoint
 
 
 def load_model(
@@ -29,23 +29,22 @@ def load_model(
         data: the dataset directory the task should read (its dictionaries), when it
             differs from the one recorded at training time.
         overrides: further task/model settings, as fairseq's ``arg_overrides``.
-        state: the checkpoint already read (``checkpoint_utils.load_checkpoint_to_cpu``),
-            to read it once.
+        state: the checkpoint already read (:func:`read_checkpoint`), to read it once.
 
     Raises:
         FileNotFoundError: no such checkpoint.
+        CheckpointError: the file cannot be read as a fairseq checkpoint.
     """
     checkpoint = Path(checkpoint)
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"checkpoint: {checkpoint} does not exist")
+    if state is None:
+        state = read_checkpoint(checkpoint)
     arg_overrides = dict(overrides or {})
     if data is not None:
         arg_overrides["data"] = str(data)
-    if state is not None and state.get("cfg") is not None:
+    if state.get("cfg") is not None:
         # fairseq applies arg_overrides only to a checkpoint it reads itself, and the task
         # would look for its dictionaries where the model was trained (or imported).
         overwrite_args_by_name(state["cfg"], arg_overrides)
-    allow_argparse_checkpoints()
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides=arg_overrides, state=state
     )

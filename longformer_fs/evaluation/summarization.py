@@ -19,11 +19,8 @@ import torch
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
 
-from ..conventions import BOS, EOS, PAD, split_sentences
-from ..models.checkpoints import config_get
+from ..conventions import BOS, EOS, PAD, SOURCE, TARGET, split_sentences
 from .checkpoint import load_model
-
-SOURCE, TARGET = "source", "target"
 
 
 @dataclass(frozen=True)
@@ -49,25 +46,6 @@ class GenerationSettings:
                 f"generation: need beam >= 1, 0 <= min_len <= max_len, max_len >= 1, "
                 f"no_repeat_ngram_size >= 0; got {self}"
             )
-
-
-def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> Path:
-    """The model's ``dict.txt``: beside the checkpoint (a converted model), else the
-    source dictionary of ``data`` or of the data it was trained on."""
-    candidates = [Path(checkpoint).parent / "dict.txt"]
-    if data is not None:
-        candidates.append(Path(data) / f"dict.{SOURCE}.txt")
-    trained_on = config_get(state.get("cfg", {}).get("task", {}) or {}, "data") if state.get("cfg") else None
-    if trained_on is None and state.get("args") is not None:
-        trained_on = config_get(state["args"], "data")
-    if trained_on:
-        candidates.append(Path(str(trained_on).split(":")[0]) / f"dict.{SOURCE}.txt")
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(
-        f"--dict: no dictionary found ({', '.join(map(str, candidates))}); give the model's dict.txt with --dict"
-    )
 
 
 def load_summarizer(

@@ -13,19 +13,25 @@ module holds what all of them share:
   fairseq (the released RoBERTa and BART) and as a DictConfig since
   (:func:`model_config`, :func:`config_get`, :func:`config_set`);
 - :func:`save_start_checkpoint`: a checkpoint that ``fairseq-train`` starts from with a
-  fresh optimizer, as converters write; :func:`read_checkpoint` and
-  :func:`allow_argparse_checkpoints`: reading checkpoints whose settings are an
-  ``argparse.Namespace``.
+  fresh optimizer, as converters write; :func:`read_checkpoint`: reading one as fairseq
+  does, weights-only, with one :class:`CheckpointError` naming the file when it cannot;
+  :func:`allow_argparse_checkpoints`: allowing those whose settings are an
+  ``argparse.Namespace``; :func:`find_dictionary`: the model's ``dict.txt``, beside the
+  checkpoint or in the data its task reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pickle
 import re
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf, open_dict
+
+from ..conventions import SOURCE
 
 # (local, global) projection names inside one Longformer attention module.
 GLOBAL_PROJECTIONS = (("q_proj", "q_proj_global"), ("k_proj", "k_proj_global"), ("v_proj", "v_proj_global"))
@@ -154,10 +160,87 @@ def allow_argparse_checkpoints() -> None:
     torch.serialization.add_safe_globals([argparse.Namespace])
 
 
-def read_checkpoint(path: Path) -> dict:
-    """A fairseq checkpoint as fairseq reads it (``load_checkpoint_to_cpu``: settings
-    upgraded to a config), argparse-style ones included."""
-    from fairseq import checkpoint_utils
+# Where a task reads the model's dictionary in its data directory, where not ``dict.txt``.
+_TASK_DICTIONARIES = {"sentence_prediction": "input0/dict.txt", "translation": "dict.{source_lang}.txt"}
 
+
+def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> Path:
+    """The model's fairseq ``dict.txt``: the one beside the checkpoint (converters and
+    ``import-hf`` put it there), else the one its task reads from ``data``, else from the
+    data directory the checkpoint was trained on (``fairseq-train`` writes none beside
+    its checkpoints, and records that directory).
+
+    Raises:
+        FileNotFoundError: none of them exists; the message names them and ``--dict``.
+    """
+    task = (state.get("cfg") or {}).get("task") or {}
+    source_lang = config_get(task, "source_lang", SOURCE)
+    name = _TASK_DICTIONARIES.get(config_get(task, "_name"), "dict.txt").format(source_lang=source_lang)
+    candidates = [Path(checkpoint).parent / "dict.txt"]
+    for directory in (data, config_get(task, "data")):
+        if directory:
+            candidates.append(Path(str(directory).split(os.pathsep)[0]) / name)
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"--dict: the model's dictionary is in none of {', '.join(map(str, dict.fromkeys(candidates)))}; "
+        "give it with --dict PATH"
+    )
+
+
+class CheckpointError(ValueError):
+    """A file that cannot be read as a fairseq checkpoint; the message names it and says why."""
+
+
+def read_checkpoint(path: Path, upgrade: bool = True) -> dict:
+    """A fairseq checkpoint, read weights-only (argparse-style ones included): as fairseq
+    reads it (``load_checkpoint_to_cpu``: settings upgraded to a config), or, without
+    ``upgrade``, as stored (by torch alone, which spares importing fairseq).
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: it is empty, truncated, not a torch file, holds objects that
+            weights-only loading refuses (which are never run), or is not fairseq's.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint: {path} does not exist")
     allow_argparse_checkpoints()
-    return checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    try:
+        if upgrade:
+            from fairseq import checkpoint_utils
+
+            state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch's and fairseq's errors alike: the file is the problem
+        raise CheckpointError(f"checkpoint: {path} {_why_unreadable(path, err)}") from None
+    if not isinstance(state, dict) or "model" not in state or model_config(state) is None:
+        raise CheckpointError(f"checkpoint: {path} is not a fairseq checkpoint (no model weights and settings)")
+    return state
+
+
+def _why_unreadable(path: Path, err: Exception) -> str:
+    """Why fairseq's loader failed on ``path`` with ``err``: the file, read once more by
+    torch alone (weights-only, so nothing in it runs), or else its layout."""
+    if path.stat().st_size == 0:
+        return "is empty"
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+    except pickle.UnpicklingError as load_err:
+        refused = re.search(r"GLOBAL (\S+)", str(load_err))
+        if "Weights only load failed" in str(load_err):
+            what = refused[1] if refused else "an object"
+            return f"holds {what}, which weights-only loading refuses; nothing in it was run"
+        return f"is not a torch checkpoint ({_first_line(load_err)})"
+    except (RuntimeError, EOFError, OSError) as load_err:
+        return f"is truncated or corrupt ({_first_line(load_err)})"
+    except Exception as load_err:
+        return f"is not a torch checkpoint ({_first_line(load_err)})"
+    return f"is not a fairseq checkpoint ({_first_line(err)})"
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__

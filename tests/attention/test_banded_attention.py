@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BAND_BACKENDS, backend_or_skip
+from helpers import BAND_BACKENDS, backend_or_skip
 from oracle import oracle_attention
 
 from longformer_fs.attention import banded_attention

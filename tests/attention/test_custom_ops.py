@@ -165,3 +165,29 @@ def test_a_row_over_the_global_bound_is_an_error():
         layer(torch.randn(30, 1, 24), global_mask=glob)
     with pytest.raises(ValueError, match="max_global: expected a positive int"):
         LongformerSelfAttention(24, 3, window=4, max_global=0)
+
+
+def test_constant_when_traced_marks_as_torch_compilers_decorator_does():
+    """attention/tracing.py spares the import of torch._dynamo at start: its mark must be the
+    one torch.compiler.assume_constant_result sets (the compiled tests above rely on it)."""
+    from longformer_fs.attention.tracing import constant_when_traced
+
+    def ours():
+        return 1
+
+    def theirs():
+        return 1
+
+    torch.compiler.assume_constant_result(theirs)
+    constant_when_traced(ours)
+    marks = {k: v for k, v in vars(theirs).items() if not k.startswith("__")}
+    assert marks and marks == {k: v for k, v in vars(ours).items() if not k.startswith("__")}
+
+
+def test_importing_the_attention_does_not_import_the_compiler():
+    import subprocess
+    import sys
+
+    code = "import sys, longformer_fs.attention; print('torch._dynamo' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.stdout.strip() == "False", result.stderr

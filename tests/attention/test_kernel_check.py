@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import cli
+from helpers import cli
 
 from longformer_fs.attention import available_backends, check_records, kernel_check
 from longformer_fs.attention.backends import choose_backend, get_backend

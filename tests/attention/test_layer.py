@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import BAND_BACKENDS, backend_or_skip
+from helpers import BAND_BACKENDS, backend_or_skip
 from oracle import oracle_layer
 
 from longformer_fs.attention import LongformerSelfAttention

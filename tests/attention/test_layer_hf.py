@@ -6,7 +6,7 @@ multiple of its attention_window (= 2w). No download: the module is built from a
 
 import pytest
 import torch
-from conftest import BAND_BACKENDS, backend_or_skip
+from helpers import BAND_BACKENDS, backend_or_skip
 from transformers.models.longformer.modeling_longformer import LongformerConfig
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention as HFSelfAttention
 

@@ -115,7 +115,6 @@ TINY = [
     "model.attention_window=4:16",
     "task.tokens_per_sample=64",
     "dataset.batch_size=8",
-    "common.cpu=true",
     "common.log_interval=5",
     "dataset.num_workers=0",
     "dataset.validate_interval_updates=10",

@@ -372,54 +372,6 @@ def test_bad_input_is_one_line_naming_the_file_and_out_is_left_as_it_was(tokeniz
 # ---------------------------------------------------------------- everywhere a converted checkpoint works
 
 
-def triviaqa_release(directory, n, seed):
-    """A TriviaQA-format file (its own release's layout) with Wikipedia evidence pages."""
-    import random
-
-    rng = random.Random(seed)
-    words = "the gate of a city opens with keys and songs near old rivers".split()
-    data = []
-    for i in range(n):
-        answer = rng.choice(["Copenhagen", "Kyoto", "Lagos", "Quito"])
-        page = f"The red gate opens in {answer}. " + " ".join(rng.choice(words) for _ in range(60)) + "."
-        (directory / "evidence" / "wikipedia").mkdir(parents=True, exist_ok=True)
-        (directory / "evidence" / "wikipedia" / f"P{seed}_{i}.txt").write_text(page)
-        page = {"Filename": f"P{seed}_{i}.txt", "Title": "Gate", "DocSource": "TagMe"}
-        data.append({"QuestionId": f"tq{seed}_{i}", "Question": "Where does the red gate open?",
-                     "Answer": {"Aliases": [answer], "NormalizedAliases": [answer.lower()], "Value": answer},
-                     "EntityPages": [page]})  # fmt: skip
-    path = directory / f"wikipedia-{seed}.json"
-    path.write_text(json.dumps({"Data": data, "Domain": "Wikipedia", "VerifiedEval": False, "Version": 1.0}))
-    return path
-
-
-def test_an_imported_qa_model_fine_tunes_through_make_on_data_prepared_with_its_tokenizer(tokenizer, tmp_path):
-    """make finetune-triviaqa MODEL=<import>: the model's sizes, window and positions come from
-    the checkpoint (none given here), then eval-qa scores the run."""
-    from helpers import make
-    from transformers import LongformerForQuestionAnswering
-
-    hf = save_model(scaled(LongformerForQuestionAnswering(longformer_config(tokenizer, max_position_embeddings=258))),
-                    tokenizer, tmp_path / "hf")  # fmt: skip
-    out = tmp_path / "model"
-    ok("import-hf", hf, "--out", out)
-    train, valid = triviaqa_release(tmp_path, 24, 1), triviaqa_release(tmp_path, 6, 2)
-    ok("prep", "qa", "--format", "triviaqa", "--train", train, "--valid", valid, "--evidence", tmp_path / "evidence",
-       "--encoder-json", out / "encoder.json", "--vocab-bpe", out / "vocab.bpe", "--dict", out / "dict.txt",
-       "--max-tokens", "256", "--out", tmp_path / "data")  # fmt: skip
-    hydra = "common.fp16=false common.cpu=true dataset.num_workers=0 dataset.batch_size=8 optimization.max_update=3 "
-    hydra += "common.log_format=simple dataset.validate_interval_updates=3"
-    result = make("finetune-triviaqa", f"MODEL={out / 'model.pt'}", f"DATA={tmp_path / 'data'}",
-                  f"FT_SAVE={tmp_path / 'ft'}", f"HYDRA_ARGS={hydra}")  # fmt: skip
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-3000:]
-    assert "++model.encoder_embed_dim=32" in log and "++model.attention_window='2,4'" in log
-    assert "task.max_positions=256" in log
-    assert "valid (questions): EM" in log  # eval-qa of the run's best checkpoint
-    state = torch.load(tmp_path / "ft" / "triviaqa" / "checkpoint_best.pt", weights_only=False)
-    assert state["optimizer_history"][-1]["num_updates"] == 3
-
-
 def test_an_imported_led_summarizes_and_converts_as_make_summarize_does(tokenizer, tmp_path):
     """summarize reads an imported LED with its tokenizer files; convert-bart (what make
     summarize-arxiv runs on BART=) takes it and its HF directory alike."""

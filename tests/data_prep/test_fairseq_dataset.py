@@ -144,7 +144,8 @@ def test_mmap_writer_round_trips_through_fairseq(tmp_path):
     "items, vocab_size, signed",
     [
         ([[4, 5, 6], [], [999], [2]], 1000, False),  # uint16, an empty item
-        ([[70000, 4], [2]], 70000, False),  # int32
+        ([[70000, 4], [2]], 70000, False),  # uint32
+        ([[5, 6]], None, False),  # no vocabulary size: uint32
         ([[-1, -1, 3], [0]], None, True),  # signed offsets
         ([], 50, False),  # no item at all
     ],
@@ -153,6 +154,7 @@ def test_mmap_writer_files_are_fairseqs_builders_byte_for_byte(tmp_path, items, 
     from fairseq.data import indexed_dataset
 
     ours = MmapWriter(tmp_path / "ours", vocab_size, signed)
+    assert ours.dtype == (np.int32 if signed else indexed_dataset.best_fitting_int_dtype(vocab_size))
     theirs = indexed_dataset.MMapIndexedDatasetBuilder(str(tmp_path / "theirs.bin"), dtype=ours.dtype)
     for item in items:
         ours.add(item)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import cli, ok
+from releases import ARTICLES, REVIEWS, write_aclimdb, write_byarticle
 
 from data_prep.classification import ClassificationConfig, read_labelled
 from data_prep.fairseq_dataset import MANIFEST, PrepError
@@ -27,30 +28,6 @@ from longformer_fs.conventions import EOS, NUM_SPECIALS
 
 FALSE, TRUE = NUM_SPECIALS, NUM_SPECIALS + 1  # label ids of classes 0 and 1
 
-# aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt: one review a file, on one line, no final newline.
-REVIEWS = {
-    "train/pos/0_9.txt": "A moving film.<br /><br />The cast is superb and the score soars.",
-    "train/pos/10_10.txt": 'The "twist" works, and the ending earns it.',
-    "train/pos/1_7.txt": "Good, if long.<br />Worth a second look.",
-    "train/neg/0_3.txt": "Dull from start to end.<br /><br /><br />Skip it.",
-    "train/neg/1_1.txt": "The worst film I saw this year.",
-    "train/unsup/0_0.txt": "An unrated review of a film.",
-    "train/unsup/1_0.txt": "Another review without a rating.",
-    "test/pos/0_10.txt": "A joy to watch.<br /><br />Ten out of ten.",
-    "test/neg/0_2.txt": "Flat and slow.",
-    "test/neg/1_4.txt": "Not for me.<br />Too loud.",
-}
-# What the release keeps beside the label folders: bag-of-words features and review URLs.
-BESIDE = ["train/labeledBow.feat", "train/unsupBow.feat", "train/urls_pos.txt", "train/urls_neg.txt"]
-BESIDE += ["train/urls_unsup.txt", "test/labeledBow.feat", "test/urls_pos.txt", "test/urls_neg.txt"]
-
-ARTICLES = [
-    "Senate passes the budget after a long night of debate.",
-    "THEY are lying to you about everything, wake up!",
-    "Local bakery wins a regional prize for its bread.",
-    "The radical agenda will destroy this country, again.",
-    "Council approves new bike lanes downtown.",
-]
 # Texts only Python's csv module and pandas quote: a quote, a line break, a tab, a quote that opens the field.
 QUOTED = [
     '"Epic" is the word for it.',
@@ -99,17 +76,6 @@ def error(*args) -> str:
 # ---------------------------------------------------------------- IMDB
 
 
-def write_aclimdb(root: Path) -> Path:
-    for name, text in REVIEWS.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text, encoding="utf-8")
-    for name in BESIDE:
-        (root / name).write_text("0 0:1 1:2\n" if name.endswith(".feat") else "http://www.imdb.com/title/tt0453418/\n")
-    for name in ("README", "imdb.vocab", "imdbEr.txt"):
-        (root / name).write_text("the\nand\n")
-    return root
-
-
 def test_imdb_release_folders_are_labelled_by_folder_and_unsup_is_counted(bpe, tmp_path):
     imdb = write_aclimdb(tmp_path / "aclImdb")
     out = tmp_path / "imdb"
@@ -119,7 +85,7 @@ def test_imdb_release_folders_are_labelled_by_folder_and_unsup_is_counted(bpe, t
     # Labels by folder, sorted: pos is class 1, the positive class of fairseq's F1. Files in name
     # order; <br /> is a newline, so <br /><br /> a paragraph break.
     assert "labels (class 0..1): neg, pos" in stdout
-    assert (out / "label" / "dict.txt").read_text() == "neg 2\npos 3\n"
+    assert (out / "label" / "dict.txt").read_text() == "0 2\n1 3\n"
     assert written(bpe, out, "train") == [
         ("Dull from start to end.\n\n\nSkip it.", FALSE),
         ("The worst film I saw this year.", FALSE),
@@ -164,15 +130,6 @@ def test_imdb_release_folders_are_labelled_by_folder_and_unsup_is_counted(bpe, t
 # ---------------------------------------------------------------- Hyperpartisan: boolean labels
 
 
-def write_byarticle(path: Path, labels: list) -> Path:
-    rows = [
-        {"id": f"{i:07d}", "text": text, "hyperpartisan": label}
-        for i, (text, label) in enumerate(zip(ARTICLES[: len(labels)], labels, strict=True))
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
 def test_hyperpartisan_booleans_are_false_true_with_true_class_1(bpe, tmp_path):
     flags = [False, True, False, True, False]
     base = ["prep", "classification", "--label-field", "hyperpartisan", *tokenizer(bpe)]
@@ -183,7 +140,7 @@ def test_hyperpartisan_booleans_are_false_true_with_true_class_1(bpe, tmp_path):
         assert written(bpe, out, "train") == [
             (t, TRUE if flag else FALSE) for t, flag in zip(ARTICLES, flags, strict=True)
         ]
-        assert (out / "label" / "dict.txt").read_text() == "false 3\ntrue 2\n"
+        assert (out / "label" / "dict.txt").read_text() == "0 3\n1 2\n"
 
     # --labels names booleans as they are printed; true,false makes true class 0.
     train = tmp_path / "json.jsonl"
@@ -197,7 +154,7 @@ def test_hyperpartisan_booleans_are_false_true_with_true_class_1(bpe, tmp_path):
     # Training data of one class still gets both: true stays class 1.
     only_true = write_byarticle(tmp_path / "true.jsonl", [True] * 5)
     ok(*base, "--train", only_true, "--out", tmp_path / "one")
-    assert (tmp_path / "one" / "label" / "dict.txt").read_text() == "false 0\ntrue 5\n"
+    assert (tmp_path / "one" / "label" / "dict.txt").read_text() == "0 0\n1 5\n"
     assert {label for _, label in written(bpe, tmp_path / "one", "train")} == {TRUE}
 
 

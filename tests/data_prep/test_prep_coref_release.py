@@ -13,66 +13,17 @@ import json
 
 import pytest
 from helpers import fails, ok
+from releases import CONLL_WORDS, WSJ, part_text, write_conll_release
 
 from data_prep.gpt2_bpe import train_bpe
 
 
-def part_text(name, sentences, placeholder=False, part=0):
-    """One document part as the release writes it; ``sentences``: lists of ``(word, POS,
-    coreference)``, one speaker. ``placeholder``: a skeleton, every word ``[WORD]``."""
-    lines = [f"#begin document ({name}); part {part:03d}"]
-    for sentence in sentences:
-        for i, (word, pos, coref) in enumerate(sentence):
-            parse = "(TOP*" if i == 0 else "*)" if i == len(sentence) - 1 else "*"
-            word = "[WORD]" if placeholder else word
-            lines.append(f"{name}  {part}  {i:>3}  {word:>12}  {pos:>4}  {parse:>8}  -  -  -  Speaker#1  *  {coref:>6}")
-        lines.append("")
-    return "\n".join(lines + ["#end document"]) + "\n"
-
-
-# English: bc/cnn/00/cnn_0004 with escaped sentence-final words, nw/wsj/00/wsj_0001 without.
-CNN = [
-    [("He", "PRP", "(5)"), ("said", "VBD", "-"), ("so", "RB", "-"), ("/.", ".", "-")],
-    [("Did", "VBD", "-"), ("he", "PRP", "(5)"), ("go", "VB", "-"), ("/?", ".", "-")],
-    [("Yes", "UH", "-"), ("/.", ".", "-")],
-]
-WSJ = [[("Pierre", "NNP", "(1"), ("Vinken", "NNP", "1)"), ("rested", "VBD", "-"), ("and", "CC", "-"),
-        ("he", "PRP", "(1)"), ("slept", "VBD", "-"), (".", ".", "-")]]  # fmt: skip
-CCTV = [[("他", "PN", "(3)"), ("说", "VV", "-"), ("他", "PN", "(3)"), ("来", "VV", "-"), ("。", "PU", "-")]]
-ANN = [[("قال", "VERB", "-"), ("إنه", "PRON", "(2)"), ("هو", "PRON", "(2)"), (".", "PUNC", "-")]]
-WORDS = " ".join(w for doc in (CNN, WSJ, CCTV, ANN) for sentence in doc for w, _, _ in sentence)
-
-
-def release_file(split_root, language, document, text):
-    """``split_root/data/<language>/annotations/<document>.v4_<kind>``; ``document`` like
-    ``bc/cnn/00/cnn_0004``, ``text`` by kind: ``gold_conll``, ``gold_skel``."""
-    for kind, content in text.items():
-        path = split_root / "data" / language / "annotations" / f"{document}.v4_{kind}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-    return split_root / "data" / language / "annotations" / f"{document}.v4_gold_conll"
-
-
-def restored(document, sentences):
-    """A document both as its skeleton and as restored, the two files the tree holds."""
-    return {"gold_skel": part_text(document, sentences, True), "gold_conll": part_text(document, sentences)}
-
-
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
-    root = tmp_path_factory.mktemp("release") / "conll-2012" / "v4" / "data"
-    train, dev = root / "train", root / "development"
-    release_file(train, "english", "bc/cnn/00/cnn_0004", restored("bc/cnn/00/cnn_0004", CNN))
-    release_file(train, "english", "nw/wsj/00/wsj_0001", restored("nw/wsj/00/wsj_0001", WSJ))
-    release_file(train, "chinese", "bc/cctv/00/cctv_0001", restored("bc/cctv/00/cctv_0001", CCTV))
-    # A Chinese document whose words were never restored: no concern of an English run.
-    release_file(train, "chinese", "bc/cctv/00/cctv_0002", {"gold_skel": part_text("bc/cctv/00/cctv_0002", CCTV, True)})
-    release_file(train, "arabic", "nw/ann/00/ann_0001", restored("nw/ann/00/ann_0001", ANN))
-    release_file(dev, "english", "nw/wsj/00/wsj_0002", restored("nw/wsj/00/wsj_0002", WSJ))
-    release_file(dev, "chinese", "bc/cctv/00/cctv_0003", restored("bc/cctv/00/cctv_0003", CCTV))
+    root = write_conll_release(tmp_path_factory.mktemp("release"))
     bpe_dir = root.parent / "bpe"
     bpe_dir.mkdir()
-    train_bpe([WORDS] * 20, bpe_dir, 300)
+    train_bpe([CONLL_WORDS] * 20, bpe_dir, 300)
     bpe = ["--encoder-json", bpe_dir / "encoder.json", "--vocab-bpe", bpe_dir / "vocab.bpe"]
     return root, bpe + ["--dict", bpe_dir / "dict.txt"]
 

@@ -143,7 +143,7 @@ def test_classification_is_read_by_fairseq_sentence_prediction(bpe, classificati
     out, _, result = classification
     labels = sorted({lab for _, lab in CLASS_TRAIN})
     assert result["labels"] == labels == ["center", "left", "right"]
-    assert (out / "label" / "dict.txt").read_text().split("\n")[:3] == ["center 3", "left 3", "right 3"]
+    assert (out / "label" / "dict.txt").read_text().split("\n")[:3] == ["0 3", "1 3", "2 3"]
     cfg = SentencePredictionConfig(
         data=str(out),
         num_classes=3,
@@ -192,7 +192,7 @@ def test_classification_tsv_input_split_by_seed(bpe, tmp_path):
     for split, texts in made[0].items():
         items = load(tmp_path / "a" / "label" / split)
         assert items == [[NUM_SPECIALS + int(labels[t]), 2] for t in texts]
-    assert (tmp_path / "a" / "label" / "dict.txt").read_text().split()[::2] == ["false", "true"]
+    assert (tmp_path / "a" / "label" / "dict.txt").read_text().split()[::2] == ["0", "1"]
 
 
 def test_classification_integer_labels_sort_numerically(bpe, tmp_path):

@@ -8,90 +8,12 @@ import json
 
 import pytest
 from helpers import fails, ok
+from releases import HOTPOT_FULLWIKI as FULLWIKI
+from releases import HOTPOT_TEST as TEST
+from releases import HOTPOT_TRAIN as TRAIN
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.conventions import BOS, HOTPOTQA_SYMBOLS, NUM_SPECIALS
-
-# Distractor setting (train, dev): every record labelled. Record 1's second fact points
-# past the last of its paragraph's two sentences.
-TRAIN = [
-    {
-        "_id": "5a7a06935542990198eaf050",
-        "question": "Which magazine was started first, Arthur's Magazine or First for Women?",
-        "answer": "Arthur's Magazine",
-        "type": "comparison",
-        "level": "medium",
-        "context": [
-            ["Radio City (Indian radio station)", ["Radio City is India's first private FM radio station."]],
-            ["Arthur's Magazine", ["Arthur's Magazine was an American literary periodical.",
-                                   " It was published in Philadelphia from 1844."]],
-            ["First for Women", ["First for Women is a woman's magazine started in 1989."]],
-        ],
-        "supporting_facts": [["Arthur's Magazine", 0], ["First for Women", 0]],
-    },
-    {
-        "_id": "5a879ab05542996e4f30887e",
-        "question": "The Oberoi family is part of a hotel company that has a head office in what city?",
-        "answer": "Delhi",
-        "type": "bridge",
-        "level": "medium",
-        "context": [
-            ["Esma Sultan Mansion", ["The Esma Sultan Mansion is a historical yalı in Istanbul.",
-                                     " It is now a venue."]],
-            ["The Oberoi Group", ["The Oberoi Group is a hotel company with its head office in Delhi."]],
-            ["Oberoi family", ["The Oberoi family is an Indian family famous for its hotels."]],
-        ],
-        "supporting_facts": [["Oberoi family", 0], ["Esma Sultan Mansion", 2], ["The Oberoi Group", 0]],
-    },
-]  # fmt: skip
-
-# Full-wiki dev: the same layout, with the retriever's paragraphs. Record 0 lacks one gold
-# title; record 1 lacks both (its answer is in no paragraph either); record 2 has none.
-FULLWIKI = [
-    {
-        "_id": "5a8b57f25542995d1e6f1371",
-        "question": "Were Scott Derrickson and Ed Wood of the same nationality?",
-        "answer": "yes",
-        "type": "comparison",
-        "level": "hard",
-        "context": [
-            ["Scott Derrickson", ["Scott Derrickson is an American director.", " He lives in Los Angeles."]],
-            ["Woodson, Arkansas", ["Woodson is a census-designated place."]],
-        ],
-        "supporting_facts": [["Scott Derrickson", 0], ["Ed Wood", 0]],
-    },
-    {
-        "_id": "5a8c7595554299585d9e36b6",
-        "question": "What government position was held by the woman who portrayed Corliss Archer?",
-        "answer": "Chief of Protocol",
-        "type": "bridge",
-        "level": "hard",
-        "context": [["Meet Corliss Archer", ["Meet Corliss Archer is a radio sitcom."]]],
-        "supporting_facts": [["Kiss and Tell (1945 film)", 0], ["Shirley Temple", 0]],
-    },
-    {
-        "_id": "5a85ea095542994775f606a8",
-        "question": "What science fantasy young adult series has companion books about enslaved worlds?",
-        "answer": "Animorphs",
-        "type": "bridge",
-        "level": "hard",
-        "context": [],
-        "supporting_facts": [["The Hork-Bajir Chronicles", 0], ["Animorphs", 0]],
-    },
-]  # fmt: skip
-
-# The test file (hotpot_test_fullwiki_v1.json): "_id", "question", "context" only.
-TEST = [
-    {
-        "_id": "5a8b57f25542995d1e6f1372",
-        "question": "Which city is the head office of the Oberoi Group in?",
-        "context": [
-            ["The Oberoi Group", ["The Oberoi Group is a hotel company with its head office in Delhi."]],
-            ["Arthur's Magazine", ["Arthur's Magazine was an American literary periodical."]],
-        ],
-    },
-    {"_id": "5a8b57f25542995d1e6f1373", "question": "Who directed Ed Wood?", "context": []},
-]
 
 
 def write(path, records):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli
+from helpers import cli
 
 from data_prep import fairseq_dataset
 from data_prep.fairseq_dataset import MANIFEST, SPLITS, STAGING

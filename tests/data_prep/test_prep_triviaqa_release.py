@@ -6,116 +6,18 @@ answers, and a question without evidence. What is kept follows the official read
 (``utils/dataset_utils.py``)."""
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 from helpers import fails, ok
+from releases import BAND, CITY, MONA, SUNSET, SUNSET_GOLD, WEB, WIKIPEDIA, write_triviaqa_release
 
 from data_prep.gpt2_bpe import train_bpe
-
-# ---------------------------------------------------------------- the release
-
-WIKIPEDIA = {
-    "Andrew_Lloyd_Webber.txt": "Andrew Lloyd Webber wrote many musicals. Sunset Boulevard premiered in the US "
-    "on 9 December 1993.\nHis Sunset Blvd. ran for years.",
-    "Sunset_Boulevard_(musical).txt": "Sunset Boulevard is a musical by Andrew Lloyd Webber. It opened in London.",
-    "The_Beatles.txt": "The Beatles were an English rock band formed in Liverpool. They recorded Abbey Road.",
-    "Liverpool.txt": "Liverpool is a city in England. Its port is famous.",
-}
-WEB = {
-    "35/35_995.txt": "The official website for Andrew Lloyd Webber. Sunset Boulevard had its American premiere.",
-    "12/12_3.txt": "Fans of the band from Liverpool still visit the studios on Abbey Road.",
-    "12/12_4.txt": "THE BEATLES recorded Abbey Road in 1969; the Beatles split up a year later.",
-}
-
-
-def answer(*aliases: str) -> dict:
-    """An ``Answer`` object as the release has it; the first alias is the ``Value``."""
-    normalized = [re.sub(r"[^\w\s]", " ", a.lower()).strip() for a in aliases]
-    return {"Aliases": list(aliases), "MatchedWikiEntityName": aliases[0], "NormalizedAliases": normalized,
-            "NormalizedMatchedWikiEntityName": normalized[0], "NormalizedValue": normalized[0],
-            "Type": "WikipediaEntity", "Value": aliases[0]}  # fmt: skip
-
-
-def page(filename: str, verified: bool = True) -> dict:
-    return {"DocSource": "TagMe", "Filename": filename, "Title": filename[:-4].replace("_", " "),
-            "DocPartOfVerifiedEval": verified}  # fmt: skip
-
-
-def result(filename: str, rank: int, verified: bool = True) -> dict:
-    return {"Description": "...", "DisplayUrl": "www.example.org", "Filename": filename, "Rank": rank,
-            "Title": f"Result {rank}", "Url": f"http://www.example.org/{rank}",
-            "DocPartOfVerifiedEval": verified}  # fmt: skip
-
-
-def question(qid: str, text: str, gold: dict | None, pages=(), results=None, verified: bool = True) -> dict:
-    """One ``Data`` entry; ``gold`` None leaves out ``Answer`` (a test file), ``results``
-    None leaves out ``SearchResults`` (a Wikipedia file)."""
-    entry = {"QuestionId": qid, "Question": text, "EntityPages": list(pages),
-             "QuestionSource": "http://trivia.example/", "QuestionPartOfVerifiedEval": verified}  # fmt: skip
-    if gold is not None:
-        entry["Answer"] = gold
-    if results is not None:
-        entry["SearchResults"] = list(results)
-    return entry
-
-
-SUNSET = ("tc_33", "Which Lloyd Webber musical premiered in the US on 10th December 1993?")
-SUNSET_GOLD = answer("Sunset Boulevard", "Sunset Blvd", "West Sunset Boulevard", "Sunset Blvd.")
-BAND = ("tc_51", "Which band recorded Abbey Road?")
-BAND_GOLD = answer("The Beatles", "Beatles")
-CITY = ("tc_77", "Which city did the Beatles come from?")
-MONA = ("tc_90", "Who painted the Mona Lisa?")
-SUNSET_PAGES = [page("Andrew_Lloyd_Webber.txt"), page("Sunset_Boulevard_(musical).txt")]
-
-
-def write_release(directory: Path) -> Path:
-    """The release's qa/ files and evidence/ under ``directory``."""
-    for sub, texts in (("wikipedia", WIKIPEDIA), ("web", WEB)):
-        for name, text in texts.items():
-            (directory / "evidence" / sub / name).parent.mkdir(parents=True, exist_ok=True)
-            (directory / "evidence" / sub / name).write_text(text)
-    (directory / "qa").mkdir()
-    files = {
-        # QuestionPartOfVerifiedEval false on tc_77 counts only in a VerifiedEval file; tc_90 has no page.
-        "wikipedia-dev.json": ("Wikipedia", False, "dev", [
-            question(*SUNSET, SUNSET_GOLD, SUNSET_PAGES),
-            question(*MONA, answer("Leonardo da Vinci"), []),
-            question(*CITY, answer("Liverpool"), [page("Liverpool.txt")], verified=False),
-        ]),
-        "wikipedia-test-without-answers.json": ("Wikipedia", False, "test", [
-            question(*SUNSET, None, SUNSET_PAGES),
-            question(*BAND, None, [page("The_Beatles.txt")]),
-        ]),
-        # The Wikipedia domain keeps a verified question's every page, whatever its own flag.
-        "verified-wikipedia-dev.json": ("Wikipedia", True, "dev", [
-            question(*SUNSET, SUNSET_GOLD, [page("Andrew_Lloyd_Webber.txt"),
-                                            page("Sunset_Boulevard_(musical).txt", verified=False)]),
-            question(*CITY, answer("Liverpool"), [page("Liverpool.txt")], verified=False),
-            question(*BAND, BAND_GOLD, [page("The_Beatles.txt")]),
-        ]),
-        "web-dev.json": ("Web", False, "dev", [
-            question(*SUNSET, SUNSET_GOLD, SUNSET_PAGES, [result("35/35_995.txt", 0)]),
-            question(*BAND, BAND_GOLD, [page("The_Beatles.txt")], [result("12/12_3.txt", 0), result("12/12_4.txt", 1)]),
-            question(*MONA, answer("Leonardo da Vinci"), [], []),
-        ]),
-        # The Web domain keeps a verified question's verified documents only.
-        "verified-web-dev.json": ("Web", True, "dev", [
-            question(*SUNSET, SUNSET_GOLD, [page("Andrew_Lloyd_Webber.txt", verified=False),
-                                            page("Sunset_Boulevard_(musical).txt")], [result("35/35_995.txt", 0)]),
-            question(*BAND, BAND_GOLD, [page("The_Beatles.txt")], [result("12/12_4.txt", 0)], verified=False),
-        ]),
-    }  # fmt: skip
-    for name, (domain, verified, split, data) in files.items():
-        release = {"Data": data, "Domain": domain, "VerifiedEval": verified, "Version": 1.0, "Split": split}
-        (directory / "qa" / name).write_text(json.dumps(release, indent=2))
-    return directory
 
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
-    return write_release(tmp_path_factory.mktemp("triviaqa-rc"))
+    return write_triviaqa_release(tmp_path_factory.mktemp("triviaqa-rc"))
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from releases import EXPORT, generated_page, write_dump
 
 from data_prep.doc_sources import SourceSpec, read_wiki
 from data_prep.wikitext import iter_wiki_pages, strip_markup
@@ -81,133 +82,6 @@ def test_strip_markup(wikitext, expected):
 
 # A pages-articles fragment as Special:Export writes it: siteinfo with the namespaces, an
 # article with the constructs above, a redirect, a talk page and a template page.
-EXPORT = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.11/"
-    xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
-    xsi:schemaLocation="http://www.mediawiki.org/xml/export-0.11/ http://www.mediawiki.org/xml/export-0.11.xsd"
-    version="0.11" xml:lang="en">
-  <siteinfo>
-    <sitename>Wikipedia</sitename>
-    <dbname>enwiki</dbname>
-    <base>https://en.wikipedia.org/wiki/Main_Page</base>
-    <generator>MediaWiki 1.42.0-wmf.5</generator>
-    <case>first-letter</case>
-    <namespaces>
-      <namespace key="-2" case="first-letter">Media</namespace>
-      <namespace key="-1" case="first-letter">Special</namespace>
-      <namespace key="0" case="first-letter" />
-      <namespace key="1" case="first-letter">Talk</namespace>
-      <namespace key="6" case="first-letter">File</namespace>
-      <namespace key="10" case="first-letter">Template</namespace>
-      <namespace key="14" case="first-letter">Category</namespace>
-    </namespaces>
-  </siteinfo>
-  <page>
-    <title>Anarchism</title>
-    <ns>0</ns>
-    <id>12</id>
-    <revision>
-      <id>1187654321</id>
-      <parentid>1187650000</parentid>
-      <timestamp>2023-11-28T10:00:00Z</timestamp>
-      <contributor>
-        <username>Example</username>
-        <id>42</id>
-      </contributor>
-      <minor />
-      <comment>/* History */ copyedit</comment>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="2213" xml:space="preserve">{{Short description|Political philosophy and movement}}
-{{Use British English|date=August 2021}}
-{{Anarchism sidebar}}
-{{Infobox political ideology
-| name = Anarchism
-| image = {{Nowrap|[[File:Circle-A red.svg|100px]]}}
-| founders = [[Pierre-Joseph Proudhon]]&lt;ref&gt;{{cite book |last=Marshall |year=1992}}&lt;/ref&gt;
-}}
-'''Anarchism''' is a [[political philosophy]] and [[Political movement|movement]].&lt;ref&gt;{{Cite|}}&lt;/ref&gt;\
-&lt;ref name=":0" /&gt; It rejects the [[State (polity)|state]].
-__TOC__
-&lt;!-- Please discuss changes on the talk page. --&gt;
-== Etymology, terminology, and definition ==
-{{Main|Definition of anarchism and libertarianism}}
-[[File:Wilhelm Weitling.jpg|thumb|upright|[[Wilhelm Weitling]] in 1840s [[Germany]]]]
-The origin of ''anarchism'' is the [[Ancient Greek]] ''anarkhia'', "without a ruler".{{sfn|Bates|2017|p=128}}
-{| class="wikitable"
-|+ Schools of thought
-|-
-! School !! Founder
-|-
-| [[Mutualism (economic theory)|Mutualism]] || {{nowrap|Proudhon}}
-|}
-=== Early history ===
-* The [[Diggers]] of the 17th&amp;nbsp;century.
-* See [https://www.marxists.org/reference/archive/proudhon/ Proudhon's works].
-== See also ==
-{{Portal|Anarchism|Politics}}
-== References ==
-{{Reflist}}
-&lt;references /&gt;
-{{Anarchism navbox}}
-{{Authority control}}
-[[Category:Anarchism| ]]
-[[Category:Political ideologies]]
-[[de:Anarchismus]]
-[[fr:Anarchisme]]
-[[zh-min-nan:Hui-thóng-tī-chú-gī]]</text>
-      <sha1>8w6l1d2ayk6ns1mzmfpm0hbr6s3v8a3</sha1>
-    </revision>
-  </page>
-  <page>
-    <title>AccessibleComputing</title>
-    <ns>0</ns>
-    <id>10</id>
-    <redirect title="Computer accessibility" />
-    <revision>
-      <id>1002250816</id>
-      <timestamp>2021-01-23T15:15:01Z</timestamp>
-      <contributor><username>Elli</username><id>20842734</id></contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="111" xml:space="preserve">#REDIRECT [[Computer accessibility]]
-
-{{rcat shell|
-{{R from move}}
-{{R from CamelCase}}
-}}</text>
-      <sha1>kmysdltgexdwkv2xsml3j44jb56dxvn</sha1>
-    </revision>
-  </page>
-  <page>
-    <title>Talk:Anarchism</title>
-    <ns>1</ns>
-    <id>13</id>
-    <revision>
-      <id>1</id>
-      <text xml:space="preserve">Discussion that is not an article.</text>
-    </revision>
-  </page>
-  <page>
-    <title>Template:Anarchism sidebar</title>
-    <ns>10</ns>
-    <id>14</id>
-    <revision>
-      <id>2</id>
-      <text xml:space="preserve">{{Sidebar with collapsible lists|name=Anarchism sidebar}}</text>
-    </revision>
-  </page>
-  <page>
-    <title>Albedo</title>
-    <ns>0</ns>
-    <id>39</id>
-    <revision>
-      <id>3</id>
-      <text bytes="120" xml:space="preserve">{{Other uses}}
-'''Albedo''' is the fraction of sunlight that is [[Diffuse reflection|diffusely reflected]] by a body.</text>
-    </revision>
-  </page>
-</mediawiki>
-"""
 
 ANARCHISM = [
     "Anarchism is a political philosophy and movement. It rejects the state.",
@@ -245,57 +119,6 @@ def test_local_namespace_names_come_from_siteinfo(tmp_path):
 
 
 # ---------------------------------------------------------------- streaming
-
-WORDS = np.array("the of anarchism state window attention band long model political movement sunlight".split())
-
-
-def generated_page(rng: np.random.Generator, number: int) -> str:
-    """One article of about 4 KB with every construct the cleaner removes (and what it keeps)."""
-
-    def prose(n: int) -> str:
-        return " ".join(rng.choice(WORDS, n))
-
-    return f"""{{{{Infobox thing|name=Page {number}|image={{{{Nowrap|[[File:P{number}.svg|100px]]}}}}}}}}
-'''Page {number}''' is a [[{prose(2)}|{prose(2)}]] and {prose(60)}.\
-<ref name="r{number}">{{{{cite web|title={prose(4)}}}}}</ref>
-__NOTOC__
-== {prose(3)} ==
-[[File:F{number}.jpg|thumb|A [[{prose(1)}]] caption]]
-{prose(150)}<!-- a comment -->
-{{| class="wikitable"
-| {prose(5)} || {{{{nowrap|{prose(2)}}}}}
-|}}
-* {prose(40)}
-== References ==
-{{{{Reflist}}}}
-<references />
-[[Category:{prose(2)}]]
-[[de:{prose(1)}]]
-[[fr:{prose(1)}]]
-{prose(120)}
-"""
-
-
-def write_dump(path: Path, megabytes: float, seed: int = 0) -> int:
-    """A bzip2-compressed pages-articles dump of about ``megabytes`` MB of XML; returns its pages."""
-    from xml.sax.saxutils import escape
-
-    rng = np.random.default_rng(seed)
-    head, tail = EXPORT.split("  <page>", 1)[0], "</mediawiki>\n"
-    written, pages = 0, 0
-    with bz2.open(path, "wb", compresslevel=1) as out:
-        out.write(head.encode())
-        while written < megabytes * 1e6:
-            page = (
-                f"  <page>\n    <title>Page {pages}</title>\n    <ns>0</ns>\n    <id>{pages}</id>\n    <revision>\n"
-                f'      <text xml:space="preserve">{escape(generated_page(rng, pages))}</text>\n'
-                "    </revision>\n  </page>\n"
-            ).encode()
-            out.write(page)
-            written += len(page)
-            pages += 1
-        out.write(tail.encode())
-    return pages
 
 
 def peak_bytes_while_streaming(path: Path) -> tuple[int, int]:

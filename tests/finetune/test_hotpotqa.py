@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import ROOT, compose_recipe, fails, finetune_command, ok, pretrain_roberta, print_results, run_side_by_side
-from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
 
@@ -30,12 +29,6 @@ RESULTS = {}  # the miniature row of Table 8
 
 TASK = ["--task", "longformer_hotpotqa", "--criterion", "longformer_hotpotqa", "--arch", "longformer_roberta",
         "--attention-window", "32", "--max-positions", "2048"]  # fmt: skip
-TINY_FT = ["common.fp16=false", "common.cpu=true", "dataset.num_workers=0", "dataset.batch_size=8",
-           "optimization.update_freq=[1]", "optimization.lr=[1e-3]", "model.max_positions=2048",
-           "task.max_positions=2048", "model.attention_window='32'", "model.dropout=0", "model.attention_dropout=0",
-           "++model.encoder_layers=2", "++model.encoder_embed_dim=64", "++model.encoder_ffn_embed_dim=128",
-           "++model.encoder_attention_heads=4", "common.log_format=simple", "common.log_interval=5",
-           "dataset.validate_interval_updates=0", "checkpoint.save_interval_updates=0"]  # fmt: skip
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -288,45 +281,3 @@ def test_recipes_hold_the_papers_values(name):
     assert cfg.common.user_dir.endswith("longformer_fs") and cfg.hydra.job.chdir is False
     weights = [cfg.criterion[f"{t}_weight"] for t in ("span", "type", "paragraph", "sentence")]
     assert weights == ([0, 0, 1, 1] if name == "hotpotqa_evidence" else [1, 1, 1, 1])
-
-
-def test_make_finetune_hotpotqa_trains_the_recipe_and_scores(work, tmp_path):
-    """The shipped recipe through make (fairseq-hydra-train), toy sizes on the command line."""
-    tmp = work["tmp"]
-    result = make_run("finetune-hotpotqa", f"MODEL={work['model']}", f"DATA={tmp / 'data'}", f"FT_SAVE={tmp_path}",
-                      "HYDRA_ARGS=" + " ".join(TINY_FT + ["optimization.max_update=4"]))  # fmt: skip
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-3000:]
-    # 240 questions, batch 32, 6 epochs: 8 x 6 updates; warmup 1,000 capped there.
-    assert "lr_scheduler.total_num_update=48 lr_scheduler.warmup_updates=48" in log
-    state = torch.load(tmp_path / "hotpotqa" / "checkpoint_best.pt", map_location="cpu", weights_only=False)
-    assert state["optimizer_history"][-1]["num_updates"] == 4
-    assert state["cfg"]["criterion"]["_name"] == "longformer_hotpotqa"
-    assert {k.split(".")[1] for k in state["model"] if k.startswith("token_heads.")} == {
-        "hotpotqa_span", "hotpotqa_type", "hotpotqa_paragraph", "hotpotqa_sentence"
-    }  # fmt: skip
-    assert "answer" in log and "joint" in log and "EM" in log
-
-
-def test_make_two_stage_trains_evidence_then_answers_from_it(work, tmp_path):
-    """Stage 1 (scorers only) -> its two best paragraphs per question -> prep --evidence ->
-    stage 2 on those paragraphs -> eval-hotpotqa, all through one make target."""
-    tmp = work["tmp"]
-    result = make_run("finetune-hotpotqa-two-stage", f"MODEL={work['model']}", f"DATA={tmp / 'data'}",
-                      f"FT_SAVE={tmp_path}", f"HOTPOT_TRAIN={tmp / 'train.json'}", f"HOTPOT_VALID={tmp / 'valid.json'}",
-                      f"GPT2={tmp / 'bpe'}", "HOTPOT_MAX_TOKENS=2048",
-                      "HYDRA_ARGS=" + " ".join(TINY_FT + ["optimization.max_update=2"]))  # fmt: skip
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-3000:]
-    stage1 = torch.load(tmp_path / "hotpotqa_evidence" / "checkpoint_best.pt", map_location="cpu", weights_only=False)
-    assert stage1["cfg"]["criterion"]["span_weight"] == stage1["cfg"]["criterion"]["type_weight"] == 0
-    evidence = json.loads((tmp_path / "hotpotqa_evidence" / "valid.evidence.json").read_text())
-    order = {r["_id"]: [t for t, _ in r["context"]] for r in work["valid"]}
-    assert set(evidence) == set(order) and all(len(v) == 2 for v in evidence.values())
-    data = tmp_path / "hotpotqa_answer" / "data"
-    for line in (data / "valid.examples.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        assert row["titles"] == [t for t in order[row["_id"]] if t in evidence[row["_id"]]]
-        assert row["sentence_counts"] == [2, 2]
-    assert (tmp_path / "hotpotqa_answer" / "checkpoint_best.pt").is_file()
-    assert result.stdout.rstrip().splitlines()[-1].split()[0] == "joint"  # eval-hotpotqa of stage 2

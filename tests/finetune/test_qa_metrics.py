@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import cli
-from helpers import PreparedSplit
+from helpers import PreparedSplit, cli
 
 from data_prep.gpt2_bpe import train_bpe
 from data_prep.qa import find_answer_spans

@@ -132,8 +132,6 @@ def test_continued_pretraining_with_the_recipe_lowers_valid_loss(copied, runs_co
         f"task.data={runs_corpus}",
         f"checkpoint.finetune_from_model={copied}",
         f"checkpoint.save_dir={save}",
-        "common.fp16=false",
-        "common.cpu=true",
         "task.tokens_per_sample=512",
         "task.sample_break_mode=none",
         "model.max_positions=512",

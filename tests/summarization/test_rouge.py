@@ -115,12 +115,12 @@ def test_cli_reads_references_jsonl_and_plain_text(tmp_path, capsys):
     assert [line.split()[0] for line in out.splitlines()[2:]] == ["ROUGE-1", "ROUGE-2", "ROUGE-Lsum"]
     assert out.splitlines()[1].split() == ["P", "R", "F1"]
 
-    # A .jsonl of hypotheses with its own field name, sentences as a list.
+    # summarize --out's .jsonl ("summary"), sentences as a list.
     hyp_jsonl = tmp_path / "hyp.jsonl"
     hyp_jsonl.write_text(
         json.dumps({"id": "p1", "summary": ["the cat sat", "the dog ran"]}) + "\n\n" + json.dumps({"summary": "x"})
     )
-    code, out, _ = run(capsys, "--hyp", hyp_jsonl, "--hyp-field", "summary", "--ref", refs, "--json")
+    code, out, _ = run(capsys, "--hyp", hyp_jsonl, "--ref", refs, "--json")
     scores = json.loads(out)
     assert code == 0 and scores["rougeLsum"]["f1"] == pytest.approx(50)  # 100 and 0
 
@@ -131,12 +131,12 @@ def test_cli_clear_errors(tmp_path, capsys):
     one = tmp_path / "one.txt"
     one.write_text("x\n")
     swapped = tmp_path / "swapped.jsonl"
-    swapped.write_text(json.dumps({"id": "b", "hypothesis": "y"}) + "\n" + json.dumps({"id": "a", "hypothesis": "x"}))
+    swapped.write_text(json.dumps({"id": "b", "summary": "y"}) + "\n" + json.dumps({"id": "a", "summary": "x"}))
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "a", "hypothesis": "x"}\n{not json\n')
+    bad.write_text('{"id": "a", "summary": "x"}\n{not json\n')
     for args, message in [
         (["--hyp", one, "--ref", refs], "1 hypotheses but 2 references"),
-        (["--hyp", refs, "--ref", refs], "refs.jsonl:1: no field 'hypothesis'"),
+        (["--hyp", refs, "--ref", refs], "refs.jsonl:1: no field 'summary'"),
         (["--hyp", swapped, "--ref", refs], "swapped.jsonl:1 has id 'b' but"),
         (["--hyp", bad, "--ref", refs], "bad.jsonl:2: malformed JSON"),
         (["--hyp", tmp_path / "missing.txt", "--ref", refs], "missing.txt: not found"),

@@ -39,6 +39,7 @@ import torch
 
 from .. import check_records
 from ..spec import BandAttentionFn, BandSpec
+from ..tracing import constant_when_traced
 from . import flex, kernel
 from .chunks import chunks_band_attention
 from .reference import reference_band_attention
@@ -174,7 +175,7 @@ def forget_choices() -> None:
     _CHOICES.clear()
 
 
-@torch.compiler.assume_constant_result
+@constant_when_traced
 def _auto_name(device_type: str, device_index: int, dtype: str, head_dim: int, dropout: bool, relative: bool) -> str:
     """``auto``'s choice for calls of this kind, logged once per process and choice.
 

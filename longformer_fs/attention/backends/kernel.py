@@ -30,6 +30,7 @@ import torch
 
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm
+from ..tracing import constant_when_traced
 
 _MODULE = "longformer_fs._band_kernels"
 
@@ -39,7 +40,7 @@ def _load():
     return importlib.import_module(_MODULE)
 
 
-@torch.compiler.assume_constant_result  # traced code takes the answer, not the import
+@constant_when_traced  # traced code takes the answer, not the import
 def unavailable_reason() -> str | None:
     """Why the kernel backend cannot run here (None when it can)."""
     try:

@@ -1,0 +1,60 @@
+"""docs/char-lm.md's journeys, which the README's first repeats, and docs/data.md's: text8
+fetched and prepared (here from a mirror given by ``--url``, a zip in the release's layout
+at toy size); the five phases of ``make text8`` at toy size, each starting from the last;
+``make eval-bpc`` on the result. And the two corpora prepared from their zips."""
+
+import json
+
+import numpy as np
+import torch
+from helpers import assert_refused_in_one_line
+from journey import Journey, Workspace
+from releases import write_char_zip
+
+SPLITS = "16000,2000,2000"
+TOY = " ".join([
+    "model.decoder_layers=2", "model.decoder_embed_dim=32", "model.decoder_ffn_embed_dim=64",
+    "model.decoder_attention_heads=4", "model.attention_dilation=\\\"'1,2'\\\"",  # quoted for make's shell
+    "task.tokens_per_sample=64", "dataset.batch_size=8", "optimization.max_update=4", "lr_scheduler.warmup_updates=1",
+    "dataset.num_workers=0", "dataset.validate_interval_updates=4", "checkpoint.save_interval_updates=4",
+])  # fmt: skip
+
+
+def text(seed: int, size: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    words = [b"the", b"cat", b"sat", b"on", b"a", b"mat", b"and", b"dog", b"ran", b"far"]
+    return b" ".join(words[i] for i in rng.integers(0, len(words), size // 2))[:size]
+
+
+def test_text8_through_five_phases_to_bpc(tmp_path):
+    workspace = Workspace(tmp_path / "checkout")
+    mirror = write_char_zip(tmp_path / "mirror.zip", "text8", text(0, 20000))
+    journey = Journey("char-lm", {
+        "longformer-fs prep text8": f"--url file://{mirror} --skip-checksum --split-sizes {SPLITS}",
+        "make text8": f'HYDRA_ARGS="{TOY}"',
+    })  # fmt: skip
+    logs = journey.run(workspace)
+
+    saved = workspace.path("checkpoints/char_lm/text8/small")
+    for phase in range(1, 6):
+        state = torch.load(saved / f"phase{phase}" / "checkpoint_last.pt", weights_only=False)
+        assert state["optimizer_history"][-1]["num_updates"] == 4
+    # Each phase after the first starts from the one before (finetune_from_model), with its own windows.
+    assert state["cfg"]["checkpoint"]["finetune_from_model"] == str(saved / "phase4" / "checkpoint_last.pt")
+    bpc = next(log for step, log in logs.items() if step.startswith("make eval-bpc"))
+    assert "2,000 characters" in bpc and "bpc" in bpc.lower()
+
+    assert_refused_in_one_line(
+        workspace.root, ["eval-bpc", "{checkpoint}", "--data", "data-bin/text8"], tmp_path / "bad",
+        saved / "phase5" / "checkpoint_last.pt",
+    )  # fmt: skip
+
+
+def test_both_corpora_from_their_zips(tmp_path):
+    workspace = Workspace(tmp_path / "checkout")
+    write_char_zip(workspace.path("text8.zip"), "text8", text(1, 20000))
+    write_char_zip(workspace.path("enwik8.zip"), "enwik8", text(2, 20000).replace(b" ", b"\n", 50))
+    Journey("char-data", {"longformer-fs prep": f"--skip-checksum --split-sizes {SPLITS}"}).run(workspace)
+    for corpus in ("text8", "enwik8"):
+        manifest = json.loads(workspace.path(f"data-bin/{corpus}/prep.json").read_text())
+        assert manifest["tokens"] == {"train": 16000, "valid": 2000, "test": 2000}
