@@ -1,18 +1,29 @@
 """The plugin's fairseq components: importing this module registers its models, tasks,
-criterions and learning-rate schedule with fairseq.
+criterions and learning-rate schedule with fairseq, and prepares the process for
+fairseq's commands.
 
-fairseq imports a user dir's package, then that package's ``models/`` and ``tasks/``, and
-none of it when the package was imported before (as under ``python -m
-longformer_fs.launch``). So whatever comes first registers everything: the package when
-fairseq is loaded, each fairseq-facing subpackage (``models``, ``tasks``, ``criterions``),
-the launcher and the checkpoint loaders import this module.
+The package imports it when fairseq is loaded (:mod:`.registration`): fairseq imports a
+user dir's package first, and a script may import either first. The subpackages
+(``models``, ``tasks``, ``criterions``) register their own members when imported and
+never import this module, so the registration has no import cycle.
 
-fairseq's commands then load these models' checkpoints, whose argparse-style settings
-pickle an ``argparse.Namespace``; registering allows that
-(:func:`~longformer_fs.models.checkpoints.allow_argparse_checkpoints`).
+What registering also does, once per process:
+
+- fairseq's commands load these models' checkpoints, whose argparse-style settings pickle
+  an ``argparse.Namespace``; it is allowed
+  (:func:`~longformer_fs.models.checkpoints.allow_argparse_checkpoints`);
+- a fairseq run that stops before the end of an epoch (``--max-update``) may leave its
+  batch loader thread inside a torch call when the interpreter exits, which aborts a
+  finished run; the loaders are stopped at exit (:func:`~.launch.stop_batch_loaders`), in
+  every process that loads the plugin: ``fairseq-train --user-dir``,
+  ``fairseq-hydra-train``, torchrun's and fairseq's own spawned processes.
 """
 
-from . import criterions, lr_scheduler, models, tasks  # noqa: F401
+import atexit
+
+from . import criterions, launch, lr_scheduler, models, tasks  # noqa: F401
 from .models.checkpoints import allow_argparse_checkpoints
 
 allow_argparse_checkpoints()
+# Exit functions run before the interpreter ends daemon threads, the loaders among them.
+atexit.register(lambda: launch.stop_batch_loaders())

@@ -21,7 +21,9 @@ daemon thread, and when training stops before the epoch ends that thread may sti
 inside a torch call when the interpreter shuts down. CPython then ends the thread with a
 forced unwind that meets pybind11's ``noexcept`` GIL guard, and the process aborts
 ("terminate called without an active exception") after a run that finished: torchrun and
-cluster schedulers report the job as failed. So the loader is stopped and joined first.
+cluster schedulers report the job as failed. So the loader is stopped and joined first:
+here when the command returns or fails, and, in every process that loads the plugin
+(plain ``fairseq-train --user-dir`` too), at exit (:mod:`.components`).
 
 Usage (``--no-python``-free, any number of nodes)::
 
@@ -102,13 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         raise LaunchError(f"launch: expected {' or '.join(TOOLS)} and its arguments, got {argv[:1] or 'nothing'}")
     tool, args = argv[0], argv[1:]
     args += distributed_arguments(tool, args, dict(os.environ))
+    # Importing fairseq registers the plugin, whose package fairseq then skips as a user
+    # dir already imported (longformer_fs.registration).
     if tool == "fairseq-train":
         from fairseq_cli.train import cli_main
     else:
         from fairseq_cli.hydra_train import cli_main
-    # fairseq skips a user dir that is already imported, as this package is: register now
-    # (after fairseq_cli, whose import sets up fairseq's logging).
-    from . import components  # noqa: F401
 
     sys.argv = [tool, *args]
     try:

@@ -139,3 +139,21 @@ def test_kernels_know_torch_only_in_the_binding():
             assert torch_headers
         else:
             assert not torch_headers, (path, torch_headers)
+
+
+def test_the_plugins_units_import_one_another_without_a_cycle(edges):
+    """The registration among them: components imports models, tasks and criterions, which
+    never import it back (importing one registers its own members)."""
+    assert {"longformer_fs.models", "longformer_fs.tasks", "longformer_fs.criterions"} <= edges[
+        "longformer_fs.components"
+    ]
+    units = {unit for unit in edges if unit.startswith("longformer_fs")}
+
+    def reaches(start, goal, seen):
+        for nxt in edges.get(start, set()) & units:
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(unit for unit in units if reaches(unit, unit, set()))
+    assert not cycles, cycles

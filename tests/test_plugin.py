@@ -103,22 +103,48 @@ def test_fairseq_train_accepts_user_dir(registrations):
     assert "--user-dir" in out
 
 
-def test_importing_the_package_changes_nothing_else():
-    """The package alone registers nothing (fairseq is not there) and leaves the process as
-    it was: no import hook, torch.load's safe globals, logging, warnings filters."""
+def test_importing_the_package_waits_for_fairseq_and_changes_nothing_else():
+    """The package alone registers nothing (fairseq is not there): it adds one import hook,
+    which registers the plugin once fairseq is imported and leaves with it, and leaves
+    torch.load's safe globals, logging and warnings filters as they were."""
     result = python(
         "import logging, sys, warnings\n"
         "import torch\n"
         "def state():\n"
         "    root = logging.getLogger()\n"
-        "    return (list(sys.meta_path), list(warnings.filters), list(torch.serialization.get_safe_globals()),\n"
+        "    return (list(warnings.filters), list(torch.serialization.get_safe_globals()),\n"
         "            root.level, list(root.handlers), logging.root.manager.disable)\n"
-        "before = state()\n"
+        "before, hooks = state(), list(sys.meta_path)\n"
         "import longformer_fs\n"
-        "print(state() == before, 'fairseq' in sys.modules)\n"
+        "added = [type(f).__name__ for f in sys.meta_path if f not in hooks]\n"
+        "print(state() == before, 'fairseq' in sys.modules, added)\n"
+        "import fairseq\n"
+        "from fairseq.tasks import TASK_REGISTRY\n"
+        "left = [type(f).__name__ for f in sys.meta_path if type(f).__name__ == '_AfterFairseq']\n"
+        "print(left, 'longformer_char_lm' in TASK_REGISTRY, type(fairseq.__loader__).__name__)\n"
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "False"]
+    assert result.stdout.split() == ["True", "False", "['_AfterFairseq']", "[]", "True", "SourceFileLoader"]
+
+
+def test_importing_the_package_first_leaves_fairseqs_loader_able_to_load_our_checkpoints(
+    tiny_char_lm, longformer_hub, tmp_path
+):
+    """The natural first lines of a notebook: the plugin, then fairseq's own loader, on a
+    trained character LM and on an import-hf output (its settings pickle a Namespace)."""
+    from helpers import ok
+
+    ok("import-hf", longformer_hub, "--out", tmp_path / "imported")
+    code = (
+        "import longformer_fs\n"
+        "from fairseq import checkpoint_utils\n"
+        "for path, data in {cases!r}:\n"
+        "    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=data)\n"
+        "    print(type(models[0]).__name__, type(task).__name__)\n"
+    ).format(cases=[(str(tiny_char_lm[0]), {}), (str(tmp_path / "imported" / "model.pt"), {})])
+    result = python(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["LongformerLanguageModel", "CharLMTask", "LongformerRobertaModel", "MaskedLMTask"]
 
 
 def test_loaders_and_registration_read_checkpoints_that_pickle_a_namespace(tmp_path):

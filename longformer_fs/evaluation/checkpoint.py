@@ -11,7 +11,6 @@ from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 from tqdm import tqdm
 
-from .. import components  # noqa: F401  (the checkpoint's model and task are ours)
 from ..models.checkpoints import read_checkpoint
 
 

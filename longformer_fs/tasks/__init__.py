@@ -1,4 +1,3 @@
 """fairseq tasks of longformer-fs (registered on import)."""
 
-from .. import components  # noqa: F401, E402  (the rest of the plugin: fairseq may import only this)
 from . import char_lm, coref, hotpotqa, qa, wikihop  # noqa: F401

@@ -167,19 +167,30 @@ def test_launch_arguments():
         distributed_arguments("fairseq-train", [], {"RANK": "0"})
 
 
-def slow_batches_run(mode: str, data: Path, save_dir: Path, processes: int = 2) -> tuple[int, str]:
-    """The tiny char LM through the launcher (``processes`` under torchrun, or 1 alone),
-    stopping after 4 updates, mid-epoch, while the loader thread is making a batch
-    (tests/training/slow_batches.py), with the default thread count, as users run it."""
-    script = [ROOT / "tests" / "training" / "slow_batches.py", mode]
-    if processes > 1:
-        script = [BIN / "torchrun", "--nproc_per_node", str(processes), "--master_port", str(free_port()), *script]
-    else:
-        script = [sys.executable, *script]
-    cmd = [*script, "fairseq-train", data, *TINY_CHAR_LM, *CHAR_LM_TRAINING, "--max-update", "4", "--batch-size", "4",
-           "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation", "--data-buffer-size", "1",
-           *ON_CPU]  # fmt: skip
+SLOW_BATCHES = ROOT / "tests" / "training" / "slow_batches"  # its sitecustomize slows the batches down
+STARTS = {
+    # fairseq started through the plugin's launcher: one process, or two under torchrun
+    "launcher": lambda n: [sys.executable, "-m", "longformer_fs.launch", "fairseq-train"] if n == 1 else
+    [BIN / "torchrun", "--nproc_per_node", str(n), "--master_port", str(free_port()), "-m", "longformer_fs.launch",
+     "fairseq-train"],
+    # plain fairseq-train --user-dir, alone or under torchrun (on CPU: n separate trainings, saving nothing)
+    "fairseq-train": lambda n: [BIN / "fairseq-train"] if n == 1 else
+    [BIN / "torchrun", "--nproc_per_node", str(n), "--master_port", str(free_port()), "--no-python",
+     BIN / "fairseq-train"],
+}  # fmt: skip
+
+
+def slow_batches_run(mode: str, start: str, processes: int, data: Path, save_dir: Path) -> tuple[int, str]:
+    """The tiny char LM started as ``start`` in ``processes`` processes, stopping after 4
+    updates, mid-epoch, while the loader thread is making a batch (``SLOW_BATCHES=mode``),
+    with the default thread count, as users run it."""
+    cmd = [*STARTS[start](processes), data, *TINY_CHAR_LM, *CHAR_LM_TRAINING, "--max-update", "4",
+           "--batch-size", "4", "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation",
+           "--data-buffer-size", "1", *ON_CPU]  # fmt: skip
+    if start == "fairseq-train" and processes > 1:
+        cmd.append("--no-save")  # the separate trainings would write one save dir
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env.update(SLOW_BATCHES=mode, PYTHONPATH=os.pathsep.join([str(SLOW_BATCHES), env.get("PYTHONPATH", "")]))
     result = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=ROOT, env=env, timeout=300)  # fmt: skip
     return result.returncode, result.stdout
@@ -188,18 +199,20 @@ def slow_batches_run(mode: str, data: Path, save_dir: Path, processes: int = 2) 
 def test_a_finished_run_exits_0_every_time_and_a_failed_one_does_not(char_corpus, tmp_path):
     """fairseq's loader thread inside a torch call at interpreter exit aborts the process
     after a finished run (SIGABRT, "terminate called without an active exception"): the
-    control, one process without the launcher's stop, shows the failure; with it, every
-    two-process run exits 0, and one whose rank 1 fails does not. Two runs at a time."""
-    runs = [("no-stop", 1), ("clean", 2), ("clean", 2), ("clean", 2), ("fail-rank-1", 2)]
+    control, plain fairseq-train with the plugin's stop switched off, shows the failure.
+    With it, every run exits 0, the launcher's and plain fairseq-train's (the plugin stops
+    the loaders at exit in every process that loads it), and one whose rank 1 fails does
+    not. Two runs at a time."""
+    runs = [("no-stop", "fairseq-train", 1), ("clean", "fairseq-train", 2), ("clean", "fairseq-train", 2),
+            ("clean", "fairseq-train", 1), ("clean", "launcher", 2), ("fail-rank-1", "launcher", 2)]  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda i: slow_batches_run(runs[i][0], char_corpus, tmp_path / str(i), runs[i][1]),
-                                range(len(runs))))  # fmt: skip
+        results = list(pool.map(lambda i: slow_batches_run(*runs[i], char_corpus, tmp_path / str(i)), range(len(runs))))
     (code, log), *clean, (failed_code, failed_log) = results
     assert code != 0 and "terminate called without an active exception" in log, log[-3000:]
     assert "done training" in log  # it had finished
-    for code, log in clean:
-        assert code == 0, log[-3000:]
-        assert "done training" in log and "terminate called" not in log  # rank 0 logs it
+    for (_, start, processes), (code, log) in zip(runs[1:-1], clean, strict=True):
+        assert code == 0, (start, processes, log[-3000:])
+        assert log.count("done training") >= 1 and "terminate called" not in log, (start, processes)
     assert failed_code != 0 and "rank 1 fails to load a batch (on purpose)" in failed_log, failed_log[-3000:]
 
 
