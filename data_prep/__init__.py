@@ -6,9 +6,9 @@ What every preparation shares:
   mmap writer, the aligned files of a split, ``PrepError``;
 - :mod:`data_prep.splits`: the one rule that cuts an input into train/valid/test;
 - :mod:`data_prep.inputs`: input files checked for being what a command reads;
-- :mod:`data_prep.subword`: text to a model's ids with character offsets (GPT-2's BPE,
-  :mod:`data_prep.gpt2_bpe`, or SentencePiece), and :mod:`data_prep.tokenizer_pool`, the
-  worker processes that tokenize in parallel.
+- :mod:`data_prep.tokenizer_pool`: the worker processes that tokenize in parallel, with
+  :mod:`longformer_fs.tokenization` (text to a model's ids with character offsets: GPT-2's
+  BPE or SentencePiece); :mod:`data_prep.gpt2_bpe`: BPE files trained for tests.
 
 The datasets:
 
@@ -22,5 +22,6 @@ The datasets:
   :mod:`data_prep.qa` (TriviaQA, SQuAD), :mod:`data_prep.wikihop`,
   :mod:`data_prep.hotpotqa` and :mod:`data_prep.coref` (OntoNotes, CoNLL-2012).
 
-Nothing here imports the plugin but :mod:`longformer_fs.conventions`, what both sides agree on.
+Nothing here imports the plugin but what both sides agree on: :mod:`longformer_fs.conventions`
+and :mod:`longformer_fs.tokenization`.
 """

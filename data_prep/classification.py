@@ -71,11 +71,11 @@ import numpy as np
 from tqdm import tqdm
 
 from longformer_fs.conventions import EOS, NUM_SPECIALS, SPECIAL_SYMBOLS, PrepKind
+from longformer_fs.tokenization import SubwordSpec
 
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, file_stamp, previous_stats
 from .inputs import wrong_kind
 from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
-from .subword import SubwordSpec
 
 KIND = PrepKind.CLASSIFICATION
 BATCH_DOCS = 64  # documents per tokenizer call

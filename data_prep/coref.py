@@ -65,10 +65,10 @@ import numpy as np
 from tqdm import tqdm
 
 from longformer_fs.conventions import COREF_FILES, SEGMENT_SPECIALS, PrepKind, segment_count
+from longformer_fs.tokenization import SubwordSpec
 
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, file_stamp, previous_stats
 from .inputs import wrong_kind
-from .subword import SubwordSpec
 
 KIND = PrepKind.COREF
 SUFFIX = "_gold_conll"

@@ -39,11 +39,11 @@ import numpy as np
 from tqdm import tqdm
 
 from longformer_fs.conventions import EOS, PrepKind
+from longformer_fs.tokenization import SubwordSpec
 
 from .doc_sources import READERS, Document, Item, Skipped, SourceSpec, read_pdf
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .splits import SplitSpool, check_fractions, split_key
-from .subword import SubwordSpec
 from .tokenizer_pool import load_encoder, process_encoder, tokenizer_pool
 
 KIND = PrepKind.DOCS

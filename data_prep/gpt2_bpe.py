@@ -1,7 +1,6 @@
-"""GPT-2 byte-level BPE, as RoBERTa uses it.
-
-Encoding is HF ``tokenizers`` (Rust). The map from GPT-2 ids to the model's, through
-RoBERTa's ``dict.txt``, is shared with the plugin: :func:`longformer_fs.conventions.dictionary_lookup`.
+"""GPT-2-style byte-level BPE files trained on given texts (:func:`train_bpe`), for tests and
+benchmarks, where GPT-2's own files cannot be fetched. Encoding with them is
+:mod:`longformer_fs.tokenization`'s.
 """
 
 from __future__ import annotations
@@ -10,25 +9,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from tokenizers import ByteLevelBPETokenizer, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import ByteLevelBPETokenizer
 
-from longformer_fs.conventions import BpeError
-
-
-def load_tokenizer(encoder_json: Path, vocab_bpe: Path):
-    for path in (encoder_json, vocab_bpe):
-        if not Path(path).is_file():
-            raise BpeError(f"{path}: not found (GPT-2's encoder.json and vocab.bpe are needed)")
-    try:
-        model = models.BPE.from_file(str(encoder_json), str(vocab_bpe))
-    except Exception as err:  # the Rust side reports parse errors as generic exceptions
-        raise BpeError(f"{encoder_json} / {vocab_bpe}: not a GPT-2 BPE ({err})") from None
-    tokenizer = Tokenizer(model)
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    # Offsets without the space a piece starts with: spans found in the text map to tokens exactly.
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=True)
-    return tokenizer
+from longformer_fs.tokenization import load_gpt2_tokenizer
 
 
 def train_bpe(texts: Sequence[str], directory: Path, size: int):
@@ -42,7 +25,7 @@ def train_bpe(texts: Sequence[str], directory: Path, size: int):
     trainer.save_model(str(directory))
     (directory / "vocab.json").replace(directory / "encoder.json")
     (directory / "merges.txt").replace(directory / "vocab.bpe")
-    tokenizer = load_tokenizer(directory / "encoder.json", directory / "vocab.bpe")
+    tokenizer = load_gpt2_tokenizer(directory / "encoder.json", directory / "vocab.bpe")
     counts = Counter(i for encoding in tokenizer.encode_batch(list(texts)) for i in encoding.ids)
     for i in range(tokenizer.get_vocab_size()):
         counts.setdefault(i, 0)

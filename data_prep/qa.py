@@ -85,12 +85,12 @@ import numpy as np
 from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, EOS, QA_FILES, TRIVIAQA, PrepKind
+from longformer_fs.tokenization import SubwordEncoder, SubwordSpec
 
 from . import fairseq_dataset
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
-from .subword import SubwordEncoder, SubwordSpec
 
 KIND = PrepKind.QA
 FORMATS = ("triviaqa", "squad")

@@ -49,11 +49,11 @@ import numpy as np
 from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, EOS, SOURCE, TARGET, PrepKind, jsonl_records, split_sentences
+from longformer_fs.tokenization import SubwordSpec
 
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import wrong_kind
 from .splits import SplitSpool, check_split_inputs, split_key
-from .subword import SubwordSpec
 from .tokenizer_pool import load_encoder, process_encoder, tokenizer_pool
 
 KIND = PrepKind.SUMMARIZATION

@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import signal
 
-from .subword import SubwordSpec
+from longformer_fs.tokenization import SubwordSpec
 
 _ENCODER: dict = {}  # this process's tokenizer, under "encoder"
 

@@ -44,11 +44,11 @@ import numpy as np
 from tqdm import tqdm
 
 from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_FILES, WIKIHOP_SYMBOLS, PrepKind
+from longformer_fs.tokenization import SubwordSpec
 
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
 from .splits import FRACTIONS_REMEDY, assign_splits, check_split_inputs, split_key
-from .subword import SubwordSpec
 
 KIND = PrepKind.WIKIHOP
 BATCH_EXAMPLES = 16  # examples per tokenizer call

@@ -107,13 +107,16 @@ def test_only_the_command_line_reaches_commands_and_benchmarks(edges):
 
 
 # The rule of docs/design.md's "Layout": data_prep/ and the plugin's library share only
-# the conventions module; the command line is the one place that uses both.
+# what both agree on, the conventions and the tokenization; the command line is the one
+# place that uses both.
 CONVENTIONS = "longformer_fs.conventions"
+TOKENIZATION = "longformer_fs.tokenization"
+SHARED = {CONVENTIONS, TOKENIZATION}
 COMMAND_LINE = {"longformer_fs.commands", "longformer_fs.benchmarks", "longformer_fs.cli"}
 
 
-def test_data_prep_uses_nothing_of_the_plugin_but_the_conventions(edges):
-    assert {t for t in edges.get("data_prep", set()) if t.startswith("longformer_fs")} <= {CONVENTIONS}
+def test_data_prep_uses_nothing_of_the_plugin_but_what_both_agree_on(edges):
+    assert {t for t in edges.get("data_prep", set()) if t.startswith("longformer_fs")} <= SHARED
 
 
 def test_only_the_command_line_imports_data_prep(edges):
@@ -123,10 +126,11 @@ def test_only_the_command_line_imports_data_prep(edges):
     assert not offenders, f"{offenders} import data_prep/; move what both need to {CONVENTIONS}"
 
 
-def test_the_conventions_import_nothing_of_the_repository(edges):
+def test_what_both_agree_on_imports_nothing_of_the_repository_nor_torch(edges):
     """The bottom of both sides: importing it must not pull in either (nor torch or fairseq,
     which the spawn workers of ``prep docs`` would pay for at start)."""
     assert not edges.get(CONVENTIONS, set())
+    assert edges.get(TOKENIZATION, set()) <= {CONVENTIONS}
 
 
 def test_kernels_know_torch_only_in_the_binding():

@@ -7,6 +7,11 @@ and relative positions with a content bias ``u`` and a position bias ``v``:
 
 In band layout ``R[i - j]`` depends only on the band column (docs/design.md §1), so the
 position term is a ``(H, W, D)`` table, never T x T.
+
+Decoding one token at a time (``cache``, causal layers only), the layer keeps the keys and
+values its next query can reach (:class:`~.cache.BandCache`) and the position rows of the
+distances used so far, and computes the new query's band against them: the same scores as
+the whole sequence would give that position, at a cost flat in the text's length.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
+from .cache import BandCache
+from .dense import compute_dtype
 from .functional import band_attention_with_lse
 from .relative import band_distances, sinusoid
 from .spec import BandSpec, PositionTerm
@@ -64,18 +71,30 @@ class RelativeBandSelfAttention(nn.Module):
         )
 
     def position_table(self, window: int | None = None) -> torch.Tensor:
-        """``(H, W, D)`` for a call with one-sided ``window`` (default: the layer's).
-
-        Row h is head h's D outputs of ``W_R`` applied to the sinusoids of head h's
-        column distances: H*W*C*D work, not the H*W*C*C of projecting every head fully.
-        """
+        """``(H, W, D)`` for a call with one-sided ``window`` (default: the layer's)."""
         window = self.window if window is None else window
-        weight = self.pos_proj.weight.view(self.num_heads, self.head_dim, self.embed_dim)
-        distances = band_distances(window, self.dilations, self.causal).to(weight.device)
-        return torch.einsum("hwc,hdc->hwd", sinusoid(distances, self.embed_dim).to(weight), weight)
+        return self._project_distances(band_distances(window, self.dilations, self.causal))
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: ``(T, B, C)`` -> ``(T, B, C)``; key_padding_mask: ``(B, T)``, True = padding."""
+    def _project_distances(self, distances: torch.Tensor) -> torch.Tensor:
+        """``(H, N, D)``: head h's D outputs of ``W_R`` applied to the sinusoids of its
+        ``distances[h]`` (``(H, N)``): H*N*C*D work, not the H*N*C*C of projecting every
+        head fully."""
+        weight = self.pos_proj.weight.view(self.num_heads, self.head_dim, self.embed_dim)
+        embedded = sinusoid(distances.to(weight.device), self.embed_dim).to(weight)
+        return torch.einsum("hnc,hdc->hnd", embedded, weight)
+
+    def reach(self) -> int:
+        """How many positions back the layer's queries look: ``w * max(d)``."""
+        return self.window * max(self.dilations)
+
+    def forward(
+        self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, cache: BandCache | None = None
+    ) -> torch.Tensor:
+        """x: ``(T, B, C)`` -> ``(T, B, C)``; key_padding_mask: ``(B, T)``, True = padding.
+
+        With ``cache`` (a causal layer decoding, unpadded): ``x`` holds the tokens after
+        the ``cache.length`` already seen, whose keys and values the cache then keeps.
+        """
         seq_len, batch, channels = x.shape
         if channels != self.embed_dim:
             raise ValueError(f"x: expected shape (T, B, {self.embed_dim}), got {tuple(x.shape)}")
@@ -84,6 +103,13 @@ class RelativeBandSelfAttention(nn.Module):
             t.view(seq_len, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
             for t in self.qkv_proj(x).chunk(3, dim=-1)
         )
+        if cache is not None:
+            if not self.causal or pad is not None:
+                raise ValueError("cache: incremental decoding takes a causal layer and unpadded tokens")
+            if cache.length:  # after the first call: one query at a time against the cache
+                out = torch.cat([self._step(q[:, :, i : i + 1], k, v, i, cache) for i in range(seq_len)], dim=2)
+                return self.out_proj(out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels).to(x.dtype))
+            cache.store(k, v)  # the first tokens (a prompt): the whole band at once, below
         # Columns past T - 1 only reach outside the sequence for every head: leave them out,
         # or a long window (8192 in phase 1's top layer) would cost 8193 columns at any length.
         window = min(self.window, max(seq_len - 1, 0))
@@ -101,3 +127,24 @@ class RelativeBandSelfAttention(nn.Module):
             out = out.masked_fill(pad[:, None, :, None], 0.0)
         out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels).to(x.dtype)
         return self.out_proj(out)
+
+    def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i: int, cache: BandCache) -> torch.Tensor:
+        """Token ``i`` of the new ones (its query ``q``: ``(B, H, 1, D)``) after storing its
+        key and value: its band over the cache, ``(B, H, 1, D)``."""
+        cache.store(k[:, :, i : i + 1], v[:, :, i : i + 1])
+        position = cache.length - 1
+        steps = min(self.window, position) + 1  # look-backs k = 0..w, those before the text dropped below
+        have = 0 if cache.position_rows is None else cache.position_rows.shape[1]
+        if have < steps:  # the rows of new distances d_h * k, k = have..steps-1: each computed once
+            lookback = torch.arange(have, steps, device=q.device)
+            rows = self._project_distances(torch.tensor(self.dilations, device=q.device)[:, None] * lookback)
+            cache.position_rows = rows if have == 0 else torch.cat([cache.position_rows, rows], dim=1)
+        lookback = torch.tensor(self.dilations, device=q.device)[:, None] * torch.arange(steps, device=q.device)
+        keys, values, valid = cache.gather(position, lookback)
+        dtype = compute_dtype(q.dtype)
+        content = torch.einsum("bhqd,bhkd->bhqk", (q + self.content_bias[:, None]).to(dtype), keys.to(dtype))
+        table = cache.position_rows[:, :steps].to(dtype)
+        position_term = torch.einsum("bhqd,hkd->bhqk", (q + self.position_bias[:, None]).to(dtype), table)
+        scores = (content + position_term) * self.head_dim**-0.5
+        scores = scores.masked_fill(~valid[None, :, None, :], float("-inf"))
+        return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(dim=-1), values.to(dtype)).to(q.dtype)

@@ -19,7 +19,7 @@ import numpy as np
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
 from data_prep.gpt2_bpe import train_bpe
-from data_prep.subword import SubwordSpec
+from longformer_fs.tokenization import SubwordSpec
 
 from . import int_list
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from data_prep.subword import SubwordSpec
+from longformer_fs.tokenization import SubwordSpec
 
 
 def add_subword_arguments(parser: argparse.ArgumentParser, model: str = "RoBERTa's") -> None:

@@ -111,6 +111,6 @@ def to_text(ids: list[int], encoder) -> str:
     """A summary's text, one sentence per line (ROUGE-Lsum's convention).
 
     ``encoder`` turns model ids back into text: ``encoder.decode(ids) -> str``, as
-    ``data_prep.subword``'s encoders do.
+    ``longformer_fs.tokenization``'s encoders do.
     """
     return "\n".join(split_sentences(encoder.decode(ids).strip()))

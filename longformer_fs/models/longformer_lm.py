@@ -2,7 +2,9 @@
 
 A thin wrapper over :class:`longformer_fs.modules.char_lm_decoder.LongformerDecoder`. Windows
 grow from the bottom layer to the top; dilation applies to the last
-``--dilated-heads`` heads of each layer.
+``--dilated-heads`` heads of each layer. The decoder is incremental: fairseq's
+``SequenceGenerator`` (sampling, beam search) drives it, each layer keeping only the keys
+and values its window reaches.
 
 ``--attention-window`` and ``--attention-dilation`` are spelt as in the encoder models
 (and HF's ``attention_window``). The plural spellings this model used before are
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from fairseq.dataclass import FairseqDataclass
-from fairseq.models import FairseqDecoder, FairseqLanguageModel, register_model, register_model_architecture
+from fairseq.models import FairseqIncrementalDecoder, FairseqLanguageModel, register_model, register_model_architecture
 from fairseq.utils import safe_getattr
 
 from ..modules.char_lm_decoder import DecoderShape, LongformerDecoder
@@ -68,6 +70,7 @@ class LongformerLMConfig(FairseqDataclass):
 
 
 _DEFAULTS = {f.name: f.default for f in fields(LongformerLMConfig)}
+_CACHES = "band_caches"  # the layers' caches, in fairseq's incremental state
 
 
 def _renamed(cfg, name: str, old: str) -> str:
@@ -103,7 +106,7 @@ def _renamed(cfg, name: str, old: str) -> str:
     return legacy
 
 
-class LongformerLMDecoder(FairseqDecoder):
+class LongformerLMDecoder(FairseqIncrementalDecoder):
     def __init__(self, cfg, dictionary):
         super().__init__(dictionary)
         shape = DecoderShape(
@@ -125,9 +128,27 @@ class LongformerLMDecoder(FairseqDecoder):
             shape, cfg.dropout, cfg.attention_dropout, cfg.checkpoint_activations, cfg.attention_backend
         )
 
-    def forward(self, prev_output_tokens, **kwargs):
-        logits, states = self.net(prev_output_tokens)
+    def forward(self, prev_output_tokens, incremental_state=None, **kwargs):
+        """prev_output_tokens: ``(B, T)`` -> logits ``(B, T', V)`` and the blocks' outputs.
+
+        With ``incremental_state`` (generation), the layers' caches live there and only the
+        tokens they have not seen are run (all of them at the first call, then the last):
+        ``T'`` counts those.
+        """
+        if incremental_state is None:
+            logits, states = self.net(prev_output_tokens)
+            return logits, {"inner_states": states}
+        caches = self.get_incremental_state(incremental_state, _CACHES)
+        if caches is None:
+            caches = self.net.new_caches()
+            self.set_incremental_state(incremental_state, _CACHES, caches)
+        logits, states = self.net(prev_output_tokens[:, caches[0].length :], caches)
         return logits, {"inner_states": states}
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        """Beam search keeps and reorders hypotheses: each layer's cache follows."""
+        for cache in self.get_incremental_state(incremental_state, _CACHES) or ():
+            cache.reorder(new_order)
 
     def max_positions(self):
         return self.max_target_positions or int(1e9)

@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ..attention.cache import BandCache
 from ..attention.relative_layer import RelativeBandSelfAttention
 
 
@@ -57,8 +58,8 @@ class DecoderBlock(nn.Module):
         self.fc2 = nn.Linear(shape.ffn_dim, shape.embed_dim)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
-        x = x + F.dropout(self.attn(self.attn_norm(x), pad), self.dropout, self.training)
+    def forward(self, x: torch.Tensor, pad: torch.Tensor | None, cache: BandCache | None = None) -> torch.Tensor:
+        x = x + F.dropout(self.attn(self.attn_norm(x), pad, cache), self.dropout, self.training)
         hidden = F.dropout(F.gelu(self.fc1(self.ffn_norm(x))), self.dropout, self.training)
         return x + F.dropout(self.fc2(hidden), self.dropout, self.training)
 
@@ -88,15 +89,28 @@ class LongformerDecoder(nn.Module):
         self.dropout = dropout
         self.checkpoint_activations = checkpoint_activations
 
-    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """tokens: ``(B, T)`` -> logits ``(B, T, V)`` and each block's output ``(T, B, C)``."""
+    def new_caches(self) -> list[BandCache]:
+        """Empty caches for incremental decoding, one a block (see :meth:`forward`)."""
+        return [BandCache(block.attn.reach()) for block in self.blocks]
+
+    def forward(
+        self, tokens: torch.Tensor, caches: list[BandCache] | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """tokens: ``(B, T)`` -> logits ``(B, T, V)`` and each block's output ``(T, B, C)``.
+
+        With ``caches`` (from :meth:`new_caches`, decoding): ``tokens`` are the ones after
+        those the caches have seen (the prompt first, then one at a time), unpadded; each
+        block attends over its cache, so a step costs the same however long the text.
+        """
         pad = tokens.eq(self.shape.padding_idx)
         if not torch.compiler.is_compiling() and not bool(pad.any()):
             pad = None  # eager: skip the mask when nothing is padded (a data-dependent branch compile avoids)
         x = F.dropout(self.embed(tokens).transpose(0, 1), self.dropout, self.training)
         states = []
-        for block in self.blocks:
-            if self.checkpoint_activations and self.training:
+        for layer, block in enumerate(self.blocks):
+            if caches is not None:
+                x = block(x, pad, caches[layer])
+            elif self.checkpoint_activations and self.training:
                 x = checkpoint(block, x, pad, use_reentrant=False)
             else:
                 x = block(x, pad)

@@ -248,7 +248,7 @@ def test_prep_with_the_imported_tokenizer_gives_hf_ids_on_english_text(tokenizer
     """encoder.json, vocab.bpe and dict.txt through prep's own encoder, against HF's tokenizer."""
     from transformers import AutoTokenizer, LongformerForMaskedLM
 
-    from data_prep.subword import SubwordSpec
+    from longformer_fs.tokenization import SubwordSpec
 
     model = scaled(LongformerForMaskedLM(longformer_config(tokenizer)))
     save_model(model, tokenizer, tmp_path / "hf", tokenizer="pair")

@@ -21,10 +21,10 @@ from releases import ARTICLES, REVIEWS, write_aclimdb, write_byarticle
 
 from data_prep.classification import ClassificationConfig, read_labelled
 from data_prep.fairseq_dataset import MANIFEST, PrepError
-from data_prep.gpt2_bpe import load_tokenizer, train_bpe
+from data_prep.gpt2_bpe import train_bpe
 from data_prep.splits import FRACTIONS_REMEDY
-from data_prep.subword import SubwordSpec
 from longformer_fs.conventions import EOS, NUM_SPECIALS
+from longformer_fs.tokenization import SubwordSpec, load_gpt2_tokenizer
 
 FALSE, TRUE = NUM_SPECIALS, NUM_SPECIALS + 1  # label ids of classes 0 and 1
 
@@ -52,7 +52,7 @@ def written(bpe: Path, out: Path, split: str) -> list[tuple[str, int]]:
     """``(text, label id)`` of every document of a prepared split, the text decoded."""
     from fairseq.data import data_utils
 
-    bpe_tokenizer = load_tokenizer(bpe / "encoder.json", bpe / "vocab.bpe")
+    bpe_tokenizer = load_gpt2_tokenizer(bpe / "encoder.json", bpe / "vocab.bpe")
     symbols = [int(line.split()[0]) for line in (bpe / "dict.txt").read_text().splitlines()]
     texts, labels = (
         data_utils.load_indexed_dataset(str(out / kind / split), None, "mmap") for kind in ("input0", "label")

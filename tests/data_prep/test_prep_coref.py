@@ -84,7 +84,7 @@ def test_prep_writes_token_spans_maps_and_manifest(inputs, tmp_path):
     mentions = data_utils.load_indexed_dataset(str(out / "train.mentions"), None, "mmap")
     sentence = data_utils.load_indexed_dataset(str(out / "train.sentence"), None, "mmap")
     speaker = data_utils.load_indexed_dataset(str(out / "train.speaker"), None, "mmap")
-    from data_prep.subword import SubwordSpec
+    from longformer_fs.tokenization import SubwordSpec
 
     encoder = SubwordSpec.gpt2(*[tmp / "bpe" / n for n in ("encoder.json", "vocab.bpe", "dict.txt")]).load()
     for index, example in enumerate(examples):

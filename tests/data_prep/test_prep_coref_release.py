@@ -70,7 +70,7 @@ def test_escaped_sentence_final_words_read_as_the_reference_preprocessing_reads_
     # The tokens are those of "." and "?": each word's tokens decode to it.
     from fairseq.data import data_utils
 
-    from data_prep.subword import SubwordSpec
+    from longformer_fs.tokenization import SubwordSpec
 
     bpe_dir = bpe[1].parent
     encoder = SubwordSpec.gpt2(bpe_dir / "encoder.json", bpe_dir / "vocab.bpe", bpe_dir / "dict.txt").load()

@@ -15,9 +15,9 @@ from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
 from data_prep.gpt2_bpe import train_bpe
 from data_prep.pdf_papers import read_paper
-from data_prep.subword import SubwordSpec
 from data_prep.wikitext import iter_wiki_pages, strip_markup
 from longformer_fs.conventions import NUM_SPECIALS
+from longformer_fs.tokenization import SubwordSpec
 
 HEADER = "Proceedings of the Test Conference 2026"
 

@@ -68,7 +68,7 @@ def read(data, split, name):
 
 
 def test_layout_labels_and_answer_spans(bpe, tmp_path):
-    from data_prep.subword import SubwordSpec
+    from longformer_fs.tokenization import SubwordSpec
 
     prep(bpe, tmp_path / "out", "--train", write(tmp_path / "train.json", RECORDS), "--max-tokens", "4096")
     dict_lines = (tmp_path / "out" / "dict.txt").read_text().splitlines()

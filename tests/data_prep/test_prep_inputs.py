@@ -22,7 +22,7 @@ from helpers import cli
 from data_prep import fairseq_dataset
 from data_prep.fairseq_dataset import MANIFEST, SPLITS, STAGING
 from data_prep.gpt2_bpe import train_bpe
-from data_prep.subword import SubwordSpec
+from longformer_fs.tokenization import SubwordSpec
 
 WORDS = "window attention band token kernel layer global local sparse dense long document model".split()
 PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"

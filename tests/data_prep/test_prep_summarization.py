@@ -12,10 +12,10 @@ import pytest
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
 from data_prep.gpt2_bpe import train_bpe
-from data_prep.subword import SubwordSpec
 from data_prep.summarization import SummarizationConfig, prepare_summarization
 from longformer_fs.cli import main as cli
 from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS
+from longformer_fs.tokenization import SubwordSpec
 
 WORDS = "window attention band token kernel layer global local sparse dense long document model summary".split()
 

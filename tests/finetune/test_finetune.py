@@ -494,9 +494,9 @@ def test_convert_roberta_from_hf_layout_equals_the_fairseq_release(work, tmp_pat
     the same checkpoint from either layout, with tokenizer files that give the same ids."""
     from hf_models import roberta_as_hf
 
-    from data_prep.subword import SubwordSpec
     from longformer_fs.evaluation.checkpoint import load_model
     from longformer_fs.models.checkpoints import config_get, model_config
+    from longformer_fs.tokenization import SubwordSpec
 
     tmp, bpe = work["tmp"], work["tmp"] / "bpe"
     theirs = roberta_as_hf(work["roberta"], bpe, tmp_path / "hf").double()

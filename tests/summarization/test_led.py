@@ -316,8 +316,8 @@ def test_convert_bart_from_hf_layout_equals_the_fairseq_release(bart, data, tmp_
     same LED from either layout, with tokenizer files that give the same ids."""
     from hf_models import bart_as_hf
 
-    from data_prep.subword import SubwordSpec
     from longformer_fs.models.checkpoints import config_get, model_config
+    from longformer_fs.tokenization import SubwordSpec
 
     theirs = bart_as_hf(bart, data["bpe"], tmp_path / "hf").double()
     release, task = load_model(bart / "model.pt", data["short"])

@@ -1,10 +1,13 @@
-"""Subword encoders: text to a fairseq model's dictionary ids, with character offsets.
+"""How text becomes a fairseq model's dictionary ids, and back: what prepared data and
+the models agree on, beside :mod:`.conventions`. ``prep`` encodes its corpora with it, and
+the hub interfaces (:mod:`.hub`) and ``summarize`` the text they are given, so a model sees
+the same ids in use as in training.
 
 Two kinds behind one interface (:class:`SubwordEncoder`), chosen by a picklable
 :class:`SubwordSpec` that worker processes load again:
 
-- ``gpt2``: GPT-2's byte-level BPE (``encoder.json`` + ``vocab.bpe``) mapped through the
-  model's ``dict.txt``, as RoBERTa and BART use it (:mod:`data_prep.gpt2_bpe`);
+- ``gpt2``: GPT-2's byte-level BPE (``encoder.json`` + ``vocab.bpe``, run by HF
+  ``tokenizers``) mapped through the model's ``dict.txt``, as RoBERTa and BART use it;
 - ``spm``: a SentencePiece model, for corpora and models that are not RoBERTa's. Its
   ``dict.txt`` is written from the model's vocabulary in fairseq's convention: every
   piece but SentencePiece's own ``<unk>``/``<s>``/``</s>`` (fairseq's dictionary has
@@ -12,6 +15,9 @@ Two kinds behind one interface (:class:`SubwordEncoder`), chosen by a picklable
 
 Offsets are character positions ``[start, end)`` in the text given, so a span found in
 the text (an answer, a truncation point) maps to tokens and back exactly.
+
+Like :mod:`.conventions`, this module imports nothing of torch or fairseq (``prep``'s
+spawn workers import it).
 """
 
 from __future__ import annotations
@@ -23,11 +29,9 @@ from typing import Sequence
 
 import numpy as np
 import sentencepiece
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
-from longformer_fs.conventions import NUM_SPECIALS, UNK, BpeError, dictionary_lookup, dictionary_size, vocab_size
-
-from .fairseq_dataset import PrepError
-from .gpt2_bpe import load_tokenizer
+from .conventions import NUM_SPECIALS, UNK, BpeError, dictionary_lookup, dictionary_size, vocab_size
 
 KINDS = ("gpt2", "spm")
 
@@ -62,7 +66,7 @@ class SubwordSpec:
     def load(self) -> SubwordEncoder:
         for path in self.input_files():
             if not Path(path).is_file():
-                raise PrepError(
+                raise BpeError(
                     f"{path}: not found ({'GPT-2 BPE' if self.kind == 'gpt2' else 'SentencePiece'} "
                     "files and the model's dict.txt)"
                 )
@@ -97,11 +101,8 @@ class SubwordEncoder:
 
 class Gpt2BpeEncoder(SubwordEncoder):
     def __init__(self, encoder_json: Path, vocab_bpe: Path, dict_txt: Path):
-        try:
-            self.tokenizer = load_tokenizer(encoder_json, vocab_bpe)
-            self.lookup = dictionary_lookup(dict_txt, vocab_size(encoder_json))
-        except BpeError as err:
-            raise PrepError(str(err)) from None
+        self.tokenizer = load_gpt2_tokenizer(encoder_json, vocab_bpe)
+        self.lookup = dictionary_lookup(dict_txt, vocab_size(encoder_json))
         self.dict_txt = Path(dict_txt)
         self.dictionary_size = dictionary_size(dict_txt)
         self.gpt2_of = {int(model): gpt2 for gpt2, model in enumerate(self.lookup) if model != UNK}  # for decode
@@ -125,7 +126,7 @@ class SentencePieceEncoder(SubwordEncoder):
         try:
             self.processor = sentencepiece.SentencePieceProcessor(model_file=str(model))
         except (OSError, RuntimeError) as err:
-            raise PrepError(f"--spm: {model} is not a SentencePiece model ({str(err).splitlines()[0]})") from None
+            raise BpeError(f"--spm: {model} is not a SentencePiece model ({str(err).splitlines()[0]})") from None
         sp = self.processor
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         if dict_txt is None:
@@ -154,3 +155,20 @@ class SentencePieceEncoder(SubwordEncoder):
     def decode(self, ids: Sequence[int]) -> str:
         pieces = [self.symbols[i - NUM_SPECIALS] for i in ids if NUM_SPECIALS <= int(i) < self.dictionary_size]
         return self.processor.decode_pieces(pieces)
+
+
+def load_gpt2_tokenizer(encoder_json: Path, vocab_bpe: Path):
+    """GPT-2's byte-level BPE from its two files, as HF ``tokenizers`` runs it (Rust)."""
+    for path in (encoder_json, vocab_bpe):
+        if not Path(path).is_file():
+            raise BpeError(f"{path}: not found (GPT-2's encoder.json and vocab.bpe are needed)")
+    try:
+        model = models.BPE.from_file(str(encoder_json), str(vocab_bpe))
+    except Exception as err:  # the Rust side reports parse errors as generic exceptions
+        raise BpeError(f"{encoder_json} / {vocab_bpe}: not a GPT-2 BPE ({err})") from None
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    # Offsets without the space a piece starts with: spans found in the text map to tokens exactly.
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=True)
+    return tokenizer
