@@ -225,7 +225,7 @@ def model_overrides(model: Path) -> list[str]:
         RecipeError: not a ``longformer_roberta`` checkpoint.
         CheckpointError: not a readable fairseq checkpoint.
     """
-    from .models.checkpoints import config_get, model_config, model_name, read_checkpoint
+    from .checkpoint_files import config_get, model_config, model_name, read_checkpoint
 
     cfg = model_config(read_checkpoint(model, upgrade=False))
     name = str(model_name(cfg))
@@ -261,7 +261,7 @@ def _check_dictionary(model: Path, data_dict: Path, new_tokens: tuple[str, ...])
 
 def best_metrics(checkpoints: list[Path]) -> list[float]:
     """The best validation metric fairseq recorded in each ``checkpoint_best.pt``."""
-    from .models.checkpoints import read_checkpoint
+    from .checkpoint_files import read_checkpoint
 
     values = []
     for path in checkpoints:

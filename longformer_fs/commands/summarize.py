@@ -14,6 +14,7 @@ from tqdm import tqdm
 from data_prep.fairseq_dataset import PrepError
 from data_prep.pdf_papers import PdfError, read_paper
 
+from ..checkpoint_files import find_dictionary, read_checkpoint
 from ..conventions import jsonl_records
 from ..evaluation.rouge import rouge_scores
 from ..evaluation.summarization import (
@@ -23,7 +24,6 @@ from ..evaluation.summarization import (
     source_tokens,
     to_text,
 )
-from ..models.checkpoints import find_dictionary, read_checkpoint
 from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
 

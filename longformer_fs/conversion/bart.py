@@ -16,14 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..checkpoint_files import config_get, config_set
 from ..conventions import PAD
 from ..models import led as layout
-from ..models.checkpoints import (
-    add_global_projections,
-    config_get,
-    config_set,
-    reserved_position_rows,
-)
+from ..models.checkpoints import add_global_projections, reserved_position_rows
 from ..modules.per_layer import layer_values
 from .source import NotConvertibleError, extend_positions, read_source, write_converted
 

@@ -28,9 +28,9 @@ from transformers import (
     LongformerForTokenClassification,
 )
 
+from ..checkpoint_files import find_dictionary, model_config, model_name, read_checkpoint
 from ..conventions import BOS, EOS, PAD
 from ..models import longformer_roberta as layout
-from ..models.checkpoints import find_dictionary, model_config, model_name, read_checkpoint
 from ..modules.per_layer import layer_values
 from ..tasks.qa import QA_HEAD
 from . import hf_layout
@@ -163,7 +163,7 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     """Write ``out_dir`` for the HF class of the checkpoint's model; returns a report.
 
     With ``tokenizer``, the model's ``dictionary`` maps it to model ids; by default the
-    one :func:`~longformer_fs.models.checkpoints.find_dictionary` finds (the report names
+    one :func:`~longformer_fs.checkpoint_files.find_dictionary` finds (the report names
     it). All or nothing: on any error ``out_dir`` is left as it was.
     """
     state = read_checkpoint(checkpoint)

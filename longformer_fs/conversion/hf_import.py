@@ -30,10 +30,11 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint_files import save_start_checkpoint
 from ..conventions import BOS, EOS, PAD
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
-from ..models.checkpoints import reserved_position_rows, save_start_checkpoint
+from ..models.checkpoints import reserved_position_rows
 from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights

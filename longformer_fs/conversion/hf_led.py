@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 from transformers import LEDConfig, LEDForConditionalGeneration
 
+from ..checkpoint_files import config_get
 from ..conventions import BOS, EOS, PAD
 from ..models import led as layout
-from ..models.checkpoints import config_get, reserved_position_rows
+from ..models.checkpoints import reserved_position_rows
 from ..modules.per_layer import layer_values
 from . import hf_layout
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint_files import config_set
 from ..conventions import NUM_SPECIALS, PAD
 from ..models import longformer_roberta as layout
-from ..models.checkpoints import add_global_projections, config_set, reserved_position_rows
+from ..models.checkpoints import add_global_projections, reserved_position_rows
 from ..modules.per_layer import layer_values
 from .source import NotConvertibleError, extend_positions, read_source, write_converted
 

@@ -4,7 +4,7 @@ Converters take a released model (RoBERTa, BART): a fairseq ``model.pt`` with it
 ``dict.txt`` beside it, or a directory in HF transformers' layout (read by
 :mod:`.hf_import`). They read it here, change the weights the model modules say how to
 change, and write a checkpoint ``fairseq-train`` starts from
-(:func:`~longformer_fs.models.checkpoints.save_start_checkpoint`).
+(:func:`~longformer_fs.checkpoint_files.save_start_checkpoint`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,8 @@ from pathlib import Path
 
 import torch
 
-from ..models.checkpoints import (
-    config_set,
-    model_config,
-    model_name,
-    read_checkpoint,
-    reserved_position_rows,
-    save_start_checkpoint,
-)
+from ..checkpoint_files import config_set, model_config, model_name, read_checkpoint, save_start_checkpoint
+from ..models.checkpoints import reserved_position_rows
 from .output import staged_output
 
 

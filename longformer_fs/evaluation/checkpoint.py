@@ -11,7 +11,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 from tqdm import tqdm
 
-from ..models.checkpoints import read_checkpoint
+from ..checkpoint_files import read_checkpoint
 
 
 def load_model(
