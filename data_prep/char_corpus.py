@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import NUM_SPECIALS, UNK
+from longformer_fs.conventions import NUM_SPECIALS, UNK, byte_symbol
 
 from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, up_to_date
 from .inputs import wrong_kind
@@ -200,7 +200,7 @@ def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], kind
     bounds = split_bounds(len(data), sizes)
     lookup, seen = build_dictionary(data[bounds[0][0] : bounds[0][1]])
     with Staging(out) as staging:
-        (staging.dir / "dict.txt").write_text("".join(f"0x{byte:02x} {count}\n" for byte, count in seen))
+        (staging.dir / "dict.txt").write_text("".join(f"{byte_symbol(byte)} {count}\n" for byte, count in seen))
         unknown = {}
         with tqdm(total=len(data), unit="B", unit_scale=True, desc=f"binarize {kind}") as progress:
             for split, (lo, hi) in zip(SPLITS, bounds, strict=True):

@@ -84,7 +84,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import BOS, EOS, QA_FILES, TRIVIAQA, PrepKind
+from longformer_fs.conventions import QA_FILES, TRIVIAQA, PrepKind, QaWindow, document_room, make_windows
 from longformer_fs.tokenization import SubwordEncoder, SubwordSpec
 
 from . import fairseq_dataset
@@ -346,24 +346,6 @@ def read_squad(path: Path) -> QaInput:
 # ---------------------------------------------------------------- windows
 
 
-@dataclass(frozen=True)
-class Window:
-    """One model input ``<s> question </s> document part </s>`` of ``n`` tokens.
-
-    Attributes:
-        tokens: (n,) int64 model ids.
-        starts: (k,) int32 positions in the window of the gold starts.
-        ends: (k,) int32 positions of the matching (inclusive) gold ends.
-        offsets: (n, 2) int32 context characters ``[start, end)`` of each token; -1 -1
-            for ``<s>``, the question and ``</s>``.
-    """
-
-    tokens: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-    offsets: np.ndarray
-
-
 def char_spans_to_tokens(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
     """Token spans ``(first, last)`` (inclusive) covering character spans.
 
@@ -383,67 +365,6 @@ def char_spans_to_tokens(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) 
     last = np.searchsorted(offsets[:, 0], spans[:, 1], side="left") - 1
     pairs = np.stack([first, last], axis=1)[first <= last]
     return np.unique(pairs, axis=0)
-
-
-def document_room(question_tokens: int, max_tokens: int) -> int:
-    """Document tokens a window holds next to a question: ``max_tokens`` minus the
-    question and ``<s>``, ``</s>``, ``</s>``."""
-    return max_tokens - question_tokens - 3
-
-
-def make_windows(
-    question_ids: np.ndarray,
-    doc_ids: np.ndarray,
-    doc_offsets: np.ndarray,
-    answer_tokens: np.ndarray,
-    max_tokens: int,
-    doc_stride: int | None = None,
-) -> list[Window]:
-    """The windows of one example.
-
-    Args:
-        question_ids: (q,) model ids of the question.
-        doc_ids: (d,) model ids of the context.
-        doc_offsets: (d, 2) their context characters.
-        answer_tokens: (k, 2) gold token spans (first, last) in ``doc_ids``.
-        max_tokens: the most tokens a window may have.
-        doc_stride: None: one window, the document truncated to fit; N: windows starting
-            ``min(N, room)`` document tokens apart until the document's end is covered.
-
-    Raises:
-        ValueError: the question leaves no room for a document token.
-    """
-    room = document_room(len(question_ids), max_tokens)
-    if room < 1:
-        raise ValueError(f"the question has {len(question_ids)} tokens: no room for the document in {max_tokens}")
-    n = len(doc_ids)
-    bounds = []
-    start = 0
-    step = min(doc_stride, room) if doc_stride else None
-    while True:
-        end = min(start + room, n)
-        bounds.append((start, end))
-        if step is None or end >= n:
-            break
-        start += step
-    prefix = np.concatenate([[BOS], np.asarray(question_ids, dtype=np.int64), [EOS]])
-    shift = len(prefix)
-    answer_tokens = np.asarray(answer_tokens, dtype=np.int64).reshape(-1, 2)
-    windows = []
-    for start, end in bounds:
-        tokens = np.concatenate([prefix, doc_ids[start:end], [EOS]]).astype(np.int64)
-        offsets = np.full((len(tokens), 2), -1, dtype=np.int32)
-        offsets[shift : shift + end - start] = doc_offsets[start:end]
-        inside = answer_tokens[(answer_tokens[:, 0] >= start) & (answer_tokens[:, 1] < end)]
-        windows.append(
-            Window(
-                tokens,
-                (inside[:, 0] - start + shift).astype(np.int32),
-                (inside[:, 1] - start + shift).astype(np.int32),
-                offsets,
-            )
-        )
-    return windows
 
 
 # ---------------------------------------------------------------- the preparation
@@ -632,7 +553,7 @@ class _QaSplit:
         self.examples = open(directory / f"{split}.examples.jsonl", "w", encoding="utf-8")
         self.stats = QaSplitStats()
 
-    def add(self, example: QaExample, question_tokens: int, windows: list[Window], truncated: bool) -> None:
+    def add(self, example: QaExample, question_tokens: int, windows: list[QaWindow], truncated: bool) -> None:
         """Count the example, and write its windows unless it is a train example without an answer in them."""
         st = self.stats
         found = any(len(w.starts) for w in windows)

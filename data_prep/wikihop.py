@@ -43,7 +43,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, WIKIHOP_FILES, WIKIHOP_SYMBOLS, PrepKind
+from longformer_fs.conventions import (
+    NUM_SPECIALS,
+    WIKIHOP_FILES,
+    WIKIHOP_SYMBOLS,
+    PrepKind,
+    wikihop_context,
+    wikihop_pieces,
+    wikihop_prefix,
+    wikihop_question,
+)
 from longformer_fs.tokenization import SubwordSpec
 
 from .fairseq_dataset import SPLITS, PrepError, SplitFiles, Staging, aligned_table, batched, file_stamp, previous_stats
@@ -69,12 +78,6 @@ class WikihopExample:
     answer: str
     supports: tuple[str, ...]
     label: int
-
-
-def question_text(query: str) -> str:
-    """``"country_of_citizenship thomas of brotherton"`` -> ``"country of citizenship thomas of brotherton"``."""
-    relation, _, entity = query.strip().partition(" ")
-    return f"{relation.replace('_', ' ')} {entity.strip()}".strip()
 
 
 def read_wikihop(path: Path) -> list[WikihopExample]:
@@ -111,7 +114,7 @@ def read_wikihop(path: Path) -> list[WikihopExample]:
         examples.append(
             WikihopExample(
                 entry["id"],
-                question_text(entry["query"]),
+                wikihop_question(entry["query"]),
                 tuple(entry["candidates"]),
                 entry["answer"],
                 tuple(entry["supports"]),
@@ -148,20 +151,6 @@ def extend_dictionary(path: Path, symbols: tuple[str, ...] = WIKIHOP_SYMBOLS) ->
         symbols += missing
     index = {symbol: NUM_SPECIALS + i for i, symbol in enumerate(symbols)}
     return {s: index[s] for s in added}, NUM_SPECIALS + len(symbols)
-
-
-def build_prefix(question_ids: np.ndarray, candidate_ids: list[np.ndarray], ids: dict[str, int]) -> np.ndarray:
-    """``<s> [q] question [/q] [ent] c1 [/ent] [ent] c2 [/ent] ...`` as model ids (int64)."""
-    parts = [[BOS, ids["[q]"]], question_ids, [ids["[/q]"]]]
-    for candidate in candidate_ids:
-        parts += [[ids["[ent]"]], candidate, [ids["[/ent]"]]]
-    return np.concatenate(parts).astype(np.int64)
-
-
-def build_context(support_ids: list[np.ndarray]) -> np.ndarray:
-    """``</s> support1 </s> support2 </s> ... </s>`` as model ids (int64)."""
-    parts = [piece for support in support_ids for piece in ([EOS], support)] + [[EOS]]
-    return np.concatenate(parts).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -278,17 +267,14 @@ def _write_split(
     prefixes, chunks = [], Counter()
     with SplitFiles(directory, split, fields) as files:
         for batch in batched(examples, BATCH_EXAMPLES):
-            # Each piece as it reads after a symbol or </s> in running text, with a space
-            # before it: then a candidate's GPT-2 pieces are those of its mentions in the
-            # supports (" england", not "england"), which the model must match.
-            texts = [" " + t for ex in batch for t in (ex.question, *ex.candidates, *ex.supports)]
+            texts = [t for ex in batch for t in wikihop_pieces(ex.question, ex.candidates, ex.supports)]
             encoded = iter(encoder.encode(texts))
             for ex in batch:
                 question = next(encoded)
                 candidates = [next(encoded) for _ in ex.candidates]
                 supports = [next(encoded) for _ in ex.supports]
-                prefix = build_prefix(question, candidates, symbol_ids)
-                context = build_context(supports)
+                prefix = wikihop_prefix(question, candidates, symbol_ids)
+                context = wikihop_context(supports)
                 room = max_tokens - len(prefix)
                 if room < 1:
                     raise PrepError(

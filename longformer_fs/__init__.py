@@ -16,4 +16,11 @@ from .version import __version__
 
 register_when_fairseq_loads()
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "from_pretrained"]
+
+
+def from_pretrained(model_name_or_path, checkpoint_file="model.pt", data_name_or_path=None, **kwargs):
+    """A checkpoint of ours with the hub interface of its kind (:func:`longformer_fs.hub.from_pretrained`)."""
+    from .hub import from_pretrained as load  # imports torch and fairseq: only when called
+
+    return load(model_name_or_path, checkpoint_file, data_name_or_path, **kwargs)

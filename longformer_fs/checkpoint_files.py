@@ -104,6 +104,13 @@ def allow_argparse_checkpoints() -> None:
 _TASK_DICTIONARIES = {"sentence_prediction": "input0/dict.txt", "translation": "dict.{source_lang}.txt"}
 
 
+def task_dictionary(task_cfg, directory: Path) -> Path:
+    """Where a task set up from ``directory`` reads the model's dictionary."""
+    source_lang = config_get(task_cfg, "source_lang", SOURCE)
+    name = _TASK_DICTIONARIES.get(config_get(task_cfg, "_name"), "dict.txt").format(source_lang=source_lang)
+    return Path(directory) / name
+
+
 def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> Path:
     """The model's fairseq ``dict.txt``: the one beside the checkpoint (converters and
     ``import-hf`` put it there), else the one its task reads from ``data``, else from the
@@ -114,12 +121,10 @@ def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> 
         FileNotFoundError: none of them exists; the message names them and ``--dict``.
     """
     task = (state.get("cfg") or {}).get("task") or {}
-    source_lang = config_get(task, "source_lang", SOURCE)
-    name = _TASK_DICTIONARIES.get(config_get(task, "_name"), "dict.txt").format(source_lang=source_lang)
     candidates = [Path(checkpoint).parent / "dict.txt"]
     for directory in (data, config_get(task, "data")):
         if directory:
-            candidates.append(Path(str(directory).split(os.pathsep)[0]) / name)
+            candidates.append(task_dictionary(task, Path(str(directory).split(os.pathsep)[0])))
     for path in candidates:
         if path.is_file():
             return path

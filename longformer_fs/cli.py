@@ -58,6 +58,10 @@ COMMANDS = {
         "longformer_fs.commands.eval_coref",
         "MUC, B3, CEAF-phi4 and CoNLL F1 of a longformer_coref checkpoint on a prep coref split",
     ),
+    "sample": (
+        "longformer_fs.commands.sample",
+        "text written by a character-LM checkpoint after a prompt (sampled, greedy or beam search)",
+    ),
     "summarize": (
         "longformer_fs.commands.summarize",
         "summaries of text/JSONL/PDF documents (or a prepared split, with ROUGE) from an LED checkpoint",
@@ -84,6 +88,10 @@ COMMANDS = {
         "time and peak memory of every attention implementation against sequence length",
     ),
     "bench lm": ("longformer_fs.benchmarks.lm", "training throughput of longformer_lm_small vs transformer_lm"),
+    "bench sample": (
+        "longformer_fs.benchmarks.sample",
+        "characters/s and memory of writing text at 1K-32K contexts: incremental, recompute, transformer_lm",
+    ),
     "bench led": (
         "longformer_fs.benchmarks.led",
         "training step of LED vs BART with full attention at source lengths 1K-16K (time, peak memory)",

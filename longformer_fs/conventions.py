@@ -9,6 +9,8 @@ agree on lives here, and only that: a change here changes both sides at once.
   (:class:`PrepKind`);
 - how GPT-2 BPE ids become model ids through RoBERTa's ``dict.txt``
   (:func:`dictionary_lookup`);
+- a character corpus's byte symbols (:func:`byte_symbol`);
+- how a QA example becomes windows ``<s> question </s> document </s>`` (:func:`make_windows`);
 - the marker symbols a task adds to the dictionary (:data:`WIKIHOP_SYMBOLS`), the
   datasets a fine-tuning preparation writes for its task (:data:`HOTPOTQA_FILES`), and
   how a coreference document splits into segments (:func:`segment_count`), and the
@@ -42,6 +44,13 @@ import numpy as np
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 NUM_SPECIALS = len(SPECIAL_SYMBOLS)
+
+
+# A character corpus's dictionary (``prep text8``/``enwik8``) lists each byte seen as this symbol.
+def byte_symbol(byte: int) -> str:
+    """The dictionary symbol of one byte of text: ``0x61`` for ``a``."""
+    return f"0x{byte:02x}"
+
 
 # ---------------------------------------------------------------- GPT-2 BPE ids as model ids
 # RoBERTa's ``dict.txt`` lists GPT-2 ids (as strings) in model order after fairseq's four
@@ -118,6 +127,39 @@ WIKIHOP_SYMBOLS = ("[q]", "[/q]", "[ent]", "[/ent]")
 # ``longformer_hotpotqa`` task: ``<s> [q] question [/q] [p] title [s] sentence [s] ... [p] ...``.
 HOTPOTQA_SYMBOLS = ("[q]", "[/q]", "[p]", "[s]")
 
+# ---------------------------------------------------------------- WikiHop inputs
+# A WikiHop example as the model reads it: ``prep wikihop`` writes these, and the hub builds
+# the same from a query, its candidates and its supports.
+
+
+def wikihop_question(query: str) -> str:
+    """``"country_of_citizenship thomas of brotherton"`` -> ``"country of citizenship thomas of brotherton"``."""
+    relation, _, entity = query.strip().partition(" ")
+    return f"{relation.replace('_', ' ')} {entity.strip()}".strip()
+
+
+def wikihop_pieces(question: str, candidates, supports) -> list[str]:
+    """The texts to encode, in order: the question, each candidate, each support, each as
+    it reads after a symbol or ``</s>`` in running text, with a space before it; then a
+    candidate's GPT-2 pieces are those of its mentions in the supports (" england", not
+    "england"), which the model must match."""
+    return [" " + text for text in (question, *candidates, *supports)]
+
+
+def wikihop_prefix(question_ids: np.ndarray, candidate_ids: list[np.ndarray], ids: dict[str, int]) -> np.ndarray:
+    """``<s> [q] question [/q] [ent] c1 [/ent] [ent] c2 [/ent] ...`` as model ids (int64)."""
+    parts = [[BOS, ids["[q]"]], question_ids, [ids["[/q]"]]]
+    for candidate in candidate_ids:
+        parts += [[ids["[ent]"]], candidate, [ids["[/ent]"]]]
+    return np.concatenate(parts).astype(np.int64)
+
+
+def wikihop_context(support_ids: list[np.ndarray]) -> np.ndarray:
+    """``</s> support1 </s> support2 </s> ... </s>`` as model ids (int64)."""
+    parts = [piece for support in support_ids for piece in ([EOS], support)] + [[EOS]]
+    return np.concatenate(parts).astype(np.int64)
+
+
 # ---------------------------------------------------------------- fine-tuning datasets
 
 # The mmap datasets (``{split}.{name}.bin/.idx``) that ``prep`` writes for each fine-tuning
@@ -126,6 +168,92 @@ QA_FILES = ("tokens", "starts", "ends", "offsets")
 WIKIHOP_FILES = ("prefix", "context", "label")
 HOTPOTQA_FILES = ("tokens", "offsets", "starts", "ends", "paragraphs", "sentences", "qtype")
 COREF_FILES = ("tokens", "sentence", "speaker", "mentions")
+
+# ---------------------------------------------------------------- QA inputs
+# An extractive QA example as the model reads it: ``prep qa`` writes these windows, and the
+# hub interfaces build the same from a question and a document.
+
+
+@dataclass(frozen=True)
+class QaWindow:
+    """One model input ``<s> question </s> document part </s>`` of ``n`` tokens.
+
+    Attributes:
+        tokens: (n,) int64 model ids.
+        starts: (k,) int32 positions in the window of the gold starts.
+        ends: (k,) int32 positions of the matching (inclusive) gold ends.
+        offsets: (n, 2) int32 context characters ``[start, end)`` of each token; -1 -1
+            for ``<s>``, the question and ``</s>``.
+    """
+
+    tokens: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    offsets: np.ndarray
+
+
+def document_room(question_tokens: int, max_tokens: int) -> int:
+    """Document tokens a window holds next to a question: ``max_tokens`` minus the
+    question and ``<s>``, ``</s>``, ``</s>``."""
+    return max_tokens - question_tokens - 3
+
+
+def make_windows(
+    question_ids: np.ndarray,
+    doc_ids: np.ndarray,
+    doc_offsets: np.ndarray,
+    answer_tokens: np.ndarray,
+    max_tokens: int,
+    doc_stride: int | None = None,
+) -> list[QaWindow]:
+    """The windows of one example.
+
+    Args:
+        question_ids: (q,) model ids of the question.
+        doc_ids: (d,) model ids of the context.
+        doc_offsets: (d, 2) their context characters.
+        answer_tokens: (k, 2) gold token spans (first, last) in ``doc_ids``.
+        max_tokens: the most tokens a window may have.
+        doc_stride: None: one window, the document truncated to fit; N: windows starting
+            ``min(N, room)`` document tokens apart until the document's end is covered.
+
+    Raises:
+        ValueError: the question leaves no room for a document token.
+    """
+    room = document_room(len(question_ids), max_tokens)
+    if room < 1:
+        raise ValueError(f"the question has {len(question_ids)} tokens: no room for the document in {max_tokens}")
+    n = len(doc_ids)
+    bounds = []
+    start = 0
+    step = min(doc_stride, room) if doc_stride else None
+    while True:
+        end = min(start + room, n)
+        bounds.append((start, end))
+        if step is None or end >= n:
+            break
+        start += step
+    prefix = np.concatenate([[BOS], np.asarray(question_ids, dtype=np.int64), [EOS]])
+    shift = len(prefix)
+    answer_tokens = np.asarray(answer_tokens, dtype=np.int64).reshape(-1, 2)
+    windows = []
+    for start, end in bounds:
+        tokens = np.concatenate([prefix, doc_ids[start:end], [EOS]]).astype(np.int64)
+        offsets = np.full((len(tokens), 2), -1, dtype=np.int32)
+        offsets[shift : shift + end - start] = doc_offsets[start:end]
+        inside = answer_tokens[(answer_tokens[:, 0] >= start) & (answer_tokens[:, 1] < end)]
+        windows.append(
+            QaWindow(
+                tokens,
+                (inside[:, 0] - start + shift).astype(np.int32),
+                (inside[:, 1] - start + shift).astype(np.int32),
+                offsets,
+            )
+        )
+    return windows
+
+
+# ---------------------------------------------------------------- summarization data
 
 # LED's data is fairseq ``translation`` data whose two sides are named so: ``prep
 # summarization`` writes ``{split}.source-target.{source,target}`` and ``dict.source.txt``,

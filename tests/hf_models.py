@@ -30,12 +30,12 @@ def english() -> list[str]:
 
 def train_tokenizer(texts: list[str], out: Path, size: int = 600) -> Path:
     """A RoBERTa-style tokenizer trained on ``texts``, saved by transformers into ``out``."""
-    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers import AddedToken, ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(texts, vocab_size=size, min_frequency=2, special_tokens=SPECIALS, show_progress=False)
-    bpe.add_special_tokens(["<mask>"])  # last, as in RoBERTa
+    bpe.add_special_tokens([AddedToken("<mask>", lstrip=True)])  # last, taking the space before it, as in RoBERTa
     tokenizer = RobertaTokenizerFast(
         tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
         unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",

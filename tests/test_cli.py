@@ -181,6 +181,19 @@ def test_bench_lm_measures_both_models_and_the_phase5_step(tmp_path, capsys):
     assert "speedup" in capsys.readouterr().out
 
 
+def test_bench_sample_times_the_three_ways_of_writing(tmp_path, capsys):
+    code = main(["bench", "sample", "--contexts", "16,40", "--steps", "2", "--repeat", "1", "--out", str(tmp_path)])
+    assert code == 0
+    short, long = json.loads((tmp_path / "results.json").read_text())["rows"]
+    for way in ("incremental", "recompute", "transformer_lm"):
+        assert short[way]["chars_per_s"] > 0 and long[way]["chars_per_s"] > 0
+    # fairseq's state holds every position; ours stops at the bottom layer's reach (w = 32).
+    assert long["transformer_lm"]["state_mib"] == pytest.approx(short["transformer_lm"]["state_mib"] * 40 / 16)
+    ours = short["incremental"]["state_mib"], long["incremental"]["state_mib"]
+    assert ours[0] < ours[1] < ours[0] * 40 / 16
+    assert "state MiB" in capsys.readouterr().out
+
+
 def test_bench_prep_docs_times_every_worker_count_on_the_same_corpus(tmp_path, capsys):
     code = main(["bench", "prep-docs", "--mb", "0.3", "--workers", "1", "--bpe-vocab", "400", "--out", str(tmp_path)])
     assert code == 0

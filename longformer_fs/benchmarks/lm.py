@@ -19,7 +19,7 @@ from fairseq.data import Dictionary
 from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
 from tqdm import tqdm
 
-from ..conventions import PAD
+from ..conventions import PAD, byte_symbol
 from ..modules.char_lm_decoder import DecoderShape, LongformerDecoder
 from ..modules.per_layer import dilation_pattern, layer_values
 from ..recipes import phase_settings
@@ -68,7 +68,7 @@ def transformer_lm(seq_len: int, model: dict):
     """fairseq's ``transformer_lm`` as wide and deep as a char-LM size preset, full attention."""
     dictionary = Dictionary()
     for i in range(VOCAB - len(dictionary)):
-        dictionary.add_symbol(f"0x{i:02x}")
+        dictionary.add_symbol(byte_symbol(i))
     sizes = {
         key: model[key]
         for key in ("decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads")

@@ -24,6 +24,7 @@ from ..evaluation.summarization import (
     source_tokens,
     to_text,
 )
+from ..hub import find_tokenizer
 from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
 
@@ -71,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Summarize documents with an LED (or BART) checkpoint through fairseq's beam search. Inputs are .txt "
         "files (one document each), .jsonl files (--text-field) and .pdf papers (their body), or a split of a "
         "`prep summarization` directory (--data, --split), which is also scored with ROUGE against its "
-        "references. Writes JSONL {id, summary} with one sentence per line in each summary."
+        "references. Writes JSONL {id, summary} with one sentence per line in each summary. The tokenizer "
+        "options default to the files beside the checkpoint (an import-hf or convert-bart output), else those "
+        "its training data was prepared with."
     )
     parser.add_argument("checkpoint", type=Path, help="an led checkpoint (checkpoint_best.pt, ...)")
     parser.add_argument("inputs", type=Path, nargs="*", help=".txt, .jsonl or .pdf files")
@@ -104,8 +107,11 @@ def main(args: argparse.Namespace) -> int:
     if args.dict is None:
         args.dict = find_dictionary(args.checkpoint, state, args.data)
         print(f"dictionary: {args.dict}", file=sys.stderr)  # stdout may be the summaries
-    encoder = subword_spec(args).load()
-    model, task = load_summarizer(args.checkpoint, args.dict, args.data, args.device, state)
+    if args.encoder_json or args.vocab_bpe or args.spm:
+        encoder = subword_spec(args).load()
+    else:  # the files beside the checkpoint, or those its data was prepared with
+        encoder = find_tokenizer(args.checkpoint, state, args.dict)
+    model, task = load_summarizer(args.checkpoint, args.data, args.device, state, args.dict)
     max_positions = model.max_positions()[0]
     references = None
     if args.data is not None:

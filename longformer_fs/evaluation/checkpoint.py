@@ -1,8 +1,17 @@
 """Loading a trained fairseq checkpoint, with its task, for evaluation and inference, and
-running a prepared split through it batch by batch."""
+running a prepared split through it batch by batch.
+
+A task is set up from a data directory, which holds its dictionaries.
+:func:`dictionary_data` gives one for a checkpoint whose data is not at hand: the data it
+was trained on where it still is, else the model's ``dict.txt`` laid out as its task reads
+dictionaries (an imported or converted model's directory holds only that).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -11,7 +20,8 @@ from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 from tqdm import tqdm
 
-from ..checkpoint_files import read_checkpoint
+from ..checkpoint_files import config_get, find_dictionary, read_checkpoint, task_dictionary
+from ..conventions import SOURCE, TARGET
 
 
 def load_model(
@@ -79,3 +89,48 @@ def batches(
             yield samples, utils.apply_to_sample(lambda t: t.to(device), dataset.collater(samples))
             bar.update(len(samples))
     bar.close()
+
+
+@contextlib.contextmanager
+def dictionary_data(
+    checkpoint: Path, state: dict, data: Path | None = None, dictionary: Path | None = None
+) -> Iterator[tuple[Path, dict]]:
+    """A data directory to set the checkpoint's task up from, and the task settings that go
+    with it (``arg_overrides``).
+
+    ``data`` when given; else the data the checkpoint was trained on, when its
+    dictionaries are there; else a temporary directory holding the model's ``dict.txt``
+    (``dictionary``, by default :func:`~longformer_fs.checkpoint_files.find_dictionary`'s)
+    where the task reads it:
+    ``dict.{source,target}.txt`` for ``translation`` (LED), ``input0/dict.txt`` and the
+    classes' ``label/dict.txt`` for ``sentence_prediction``, ``dict.txt`` for the others.
+    The temporary directory is gone after the block: tasks read their dictionaries at set-up.
+    """
+    task = state["cfg"]["task"]
+    name = config_get(task, "_name")
+    overrides = {}
+    if name == "translation":
+        source, target = config_get(task, "source_lang", SOURCE), config_get(task, "target_lang", TARGET)
+        overrides = {"source_lang": source, "target_lang": target}
+    if data is not None:
+        yield Path(data), overrides
+        return
+    trained = config_get(task, "data")
+    trained = Path(str(trained).split(os.pathsep)[0]) if trained else None
+    if dictionary is None and trained is not None and task_dictionary(task, trained).is_file():
+        yield trained, overrides
+        return
+    dictionary = Path(dictionary) if dictionary is not None else find_dictionary(checkpoint, state)
+    with tempfile.TemporaryDirectory() as tmp:
+        if name == "translation":
+            files = {f"dict.{lang}.txt": dictionary.read_bytes() for lang in (source, target)}
+        elif name == "sentence_prediction":
+            classes = int(config_get(task, "num_classes", 0))
+            labels = "".join(f"{k} 1\n" for k in range(classes)).encode()
+            files = {"input0/dict.txt": dictionary.read_bytes(), "label/dict.txt": labels}
+        else:
+            files = {"dict.txt": dictionary.read_bytes()}
+        for relative, content in files.items():
+            (Path(tmp) / relative).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / relative).write_bytes(content)
+        yield Path(tmp), overrides

@@ -10,7 +10,6 @@ source positions.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -19,8 +18,9 @@ import torch
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
 
-from ..conventions import BOS, EOS, PAD, SOURCE, TARGET, split_sentences
-from .checkpoint import load_model
+from ..checkpoint_files import read_checkpoint
+from ..conventions import BOS, EOS, PAD, split_sentences
+from .checkpoint import dictionary_data, load_model
 
 
 @dataclass(frozen=True)
@@ -49,22 +49,22 @@ class GenerationSettings:
 
 
 def load_summarizer(
-    checkpoint: Path, dictionary: Path, data: Path | None = None, device: str = "cpu", state: dict | None = None
+    checkpoint: Path,
+    data: Path | None = None,
+    device: str = "cpu",
+    state: dict | None = None,
+    dictionary: Path | None = None,
 ):
-    """The model and a ``translation`` task over its dictionary.
+    """The model and a ``translation`` task over its dictionaries: ``data`` (a ``prep
+    summarization`` directory), else the model's ``dictionary`` or its own
+    (:func:`~.checkpoint.dictionary_data`).
 
     Args:
-        dictionary: the model's ``dict.txt``; used when ``data`` (a ``prep
-            summarization`` directory) is not given.
         state: the checkpoint already read, to read it once.
     """
-    overrides = {"source_lang": SOURCE, "target_lang": TARGET}
-    if data is not None:
-        return load_model(checkpoint, data, device, overrides, state)
-    with tempfile.TemporaryDirectory() as tmp:  # the translation task reads dict.{lang}.txt from its data dir
-        for lang in (SOURCE, TARGET):
-            (Path(tmp) / f"dict.{lang}.txt").write_bytes(Path(dictionary).read_bytes())
-        return load_model(checkpoint, Path(tmp), device, overrides, state)
+    state = state if state is not None else read_checkpoint(checkpoint)
+    with dictionary_data(checkpoint, state, data, dictionary) as (directory, overrides):
+        return load_model(checkpoint, directory, device, overrides, state)
 
 
 def source_tokens(ids, max_positions: int) -> torch.Tensor:

@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from .checkpoints import add_global_projections, check_learned_positions
 from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg
+from .pretrained import FromPretrained
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class LEDEncoder(LongformerTransformerEncoder):
 
 
 @register_model("led")
-class LEDModel(BARTModel):
+class LEDModel(FromPretrained, BARTModel):
     """BART with a Longformer encoder for long sources."""
 
     @staticmethod

@@ -24,6 +24,7 @@ from fairseq.utils import safe_getattr
 
 from ..modules.char_lm_decoder import DecoderShape, LongformerDecoder
 from ..modules.per_layer import dilation_pattern, layer_values
+from .pretrained import FromPretrained
 
 logger = logging.getLogger(__name__)
 
@@ -137,13 +138,13 @@ class LongformerLMDecoder(FairseqIncrementalDecoder):
         """
         if incremental_state is None:
             logits, states = self.net(prev_output_tokens)
-            return logits, {"inner_states": states}
+            return logits, {"attn": None, "inner_states": states}  # no attention weights to show
         caches = self.get_incremental_state(incremental_state, _CACHES)
         if caches is None:
             caches = self.net.new_caches()
             self.set_incremental_state(incremental_state, _CACHES, caches)
         logits, states = self.net(prev_output_tokens[:, caches[0].length :], caches)
-        return logits, {"inner_states": states}
+        return logits, {"attn": None, "inner_states": states}
 
     def reorder_incremental_state(self, incremental_state, new_order):
         """Beam search keeps and reorders hypotheses: each layer's cache follows."""
@@ -155,7 +156,7 @@ class LongformerLMDecoder(FairseqIncrementalDecoder):
 
 
 @register_model("longformer_lm", dataclass=LongformerLMConfig)
-class LongformerLanguageModel(FairseqLanguageModel):
+class LongformerLanguageModel(FromPretrained, FairseqLanguageModel):
     @classmethod
     def build_model(cls, cfg, task):
         return cls(LongformerLMDecoder(cfg, task.target_dictionary))

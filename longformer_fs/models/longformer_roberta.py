@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 
 from .checkpoints import add_global_projections, check_learned_positions
 from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg, global_attention_possible
+from .pretrained import FromPretrained
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class LongformerRobertaEncoder(RobertaEncoder):
 
 
 @register_model("longformer_roberta")
-class LongformerRobertaModel(RobertaModel):
+class LongformerRobertaModel(FromPretrained, RobertaModel):
     """RoBERTa whose encoder reads long inputs through Longformer attention.
 
     Besides RoBERTa's classification heads (on the first token), the model keeps the heads

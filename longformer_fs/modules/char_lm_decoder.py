@@ -99,12 +99,15 @@ class LongformerDecoder(nn.Module):
         """tokens: ``(B, T)`` -> logits ``(B, T, V)`` and each block's output ``(T, B, C)``.
 
         With ``caches`` (from :meth:`new_caches`, decoding): ``tokens`` are the ones after
-        those the caches have seen (the prompt first, then one at a time), unpadded; each
-        block attends over its cache, so a step costs the same however long the text.
+        those the caches have seen (the prompt first, then one at a time); each block
+        attends over its cache, so a step costs the same however long the text.
         """
         pad = tokens.eq(self.shape.padding_idx)
-        if not torch.compiler.is_compiling() and not bool(pad.any()):
-            pad = None  # eager: skip the mask when nothing is padded (a data-dependent branch compile avoids)
+        if caches is not None or (not torch.compiler.is_compiling() and not bool(pad.any())):
+            # Eager: skip the mask when nothing is padded (a data-dependent branch compile
+            # avoids). Decoding: <pad> is read as a token, as fairseq's decoders read it;
+            # only a hypothesis beam search carries dead (its score -inf) holds one.
+            pad = None
         x = F.dropout(self.embed(tokens).transpose(0, 1), self.dropout, self.training)
         states = []
         for layer, block in enumerate(self.blocks):

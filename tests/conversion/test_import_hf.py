@@ -61,7 +61,7 @@ def imported(hf_dir, out, *extra):
             (data / part).mkdir(parents=True)
             (data / part / "dict.txt").write_text(text)
     if report["task"] == "translation":
-        model, task = load_summarizer(out / "model.pt", out / "dict.txt")
+        model, task = load_summarizer(out / "model.pt")
     else:
         model, task = load_model(out / "model.pt", data)
     return report, model.double(), task

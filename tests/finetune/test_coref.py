@@ -306,6 +306,16 @@ def test_segments_are_joined_into_the_document(work, models):
     assert COREF_HEAD in model.token_heads
 
 
+def test_the_hub_predicts_a_prepared_split_as_eval_coref_does(work, models, tmp_path):
+    from longformer_fs import from_pretrained
+
+    checkpoint = work["tmp"] / "model_long" / "checkpoint_best.pt"
+    eval_coref(checkpoint, work["tmp"] / "data", "--predictions", tmp_path / "clusters.jsonl")
+    written = [json.loads(line) for line in (tmp_path / "clusters.jsonl").read_text().splitlines()]
+    predicted = from_pretrained(checkpoint).predict_prepared(work["tmp"] / "data")
+    assert json.loads(json.dumps(predicted)) == written and any(p["clusters"] for p in written)
+
+
 def test_export_hf_refuses_a_coref_checkpoint_in_one_line(work, models, tmp_path):
     err = fails("export-hf", work["tmp"] / "model_long" / "checkpoint_best.pt", "--out", tmp_path / "hf")
     assert "coreference" in err and len(err.strip().splitlines()) == 1, err

@@ -245,6 +245,21 @@ def test_qa_long_documents_beat_truncated_windows(work, qa):
     assert right and all(p[0] == "Z" for p in right)
 
 
+def test_the_hub_answers_as_eval_qa_does(work, qa, tmp_path):
+    """longformer_fs.from_pretrained on fairseq-train's checkpoint (its dictionary and
+    tokenizer found through the data it names): hub.answer(question, page) is eval-qa's
+    prediction for every example."""
+    from longformer_fs import from_pretrained
+
+    tmp = work["tmp"]
+    eval_qa(tmp / "qa_model" / "checkpoint_best.pt", tmp / "qa", "--predictions", tmp_path / "predictions.json")
+    predictions = json.loads((tmp_path / "predictions.json").read_text())
+    hub = from_pretrained(tmp / "qa_model" / "checkpoint_best.pt")
+    examples = [json.loads(line) for line in (tmp / "qa" / "valid.examples.jsonl").read_text().splitlines()]
+    answers = {e["id"]: hub.answer(e["question"], e["context"]) for e in examples[:20]}
+    assert answers == {e["id"]: predictions[e["id"]] for e in examples[:20]}
+
+
 # ---------------------------------------------------------------- WikiHop
 
 
@@ -288,6 +303,24 @@ def test_wikihop_logits_are_the_mean_of_each_chunk_run_alone(work, wikihop):
                 per_chunk.append(logits[chunk == task.dictionary.index(ENTITY)])
             assert len(per_chunk) == 2
             torch.testing.assert_close(batched[row].double(), torch.stack(per_chunk).mean(0), atol=1e-5, rtol=1e-5)
+
+
+def test_the_hub_ranks_candidates_as_the_task_scores_them(work, wikihop):
+    """hub.rank_candidates(query, candidates, supports), from the raw example, equals the
+    task's model_outputs on that example as prep wikihop wrote it."""
+    from longformer_fs import from_pretrained
+    from longformer_fs.tasks.wikihop import WikihopTask
+
+    tmp = work["tmp"]
+    hub = from_pretrained(tmp / "wh_model" / "checkpoint_best.pt")
+    hub.task.cfg.data = str(tmp / "wh")
+    hub.task.load_dataset("valid")
+    dataset = hub.task.dataset("valid")
+    for index, entry in enumerate(wikihop_entries(60, 6)[:4]):
+        with torch.no_grad():
+            logits = WikihopTask.model_outputs(hub.model, dataset.collater([dataset[index]]))[0]
+        ranked = hub.rank_candidates(entry["query"], entry["candidates"], entry["supports"])
+        torch.testing.assert_close(ranked, torch.log_softmax(logits, dim=-1), atol=1e-5, rtol=1e-5)
 
 
 def test_or_loss_equals_the_float64_sum_over_occurrences():

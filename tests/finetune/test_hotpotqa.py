@@ -258,6 +258,17 @@ def test_eval_prints_the_three_scores_and_refuses_other_data(work, trained):
     assert "no HotpotQA head" in err and not (tmp / "hf").exists()
 
 
+def test_the_hub_predicts_a_prepared_split_as_eval_hotpotqa_does(work, trained, tmp_path):
+    from longformer_fs import from_pretrained
+    from longformer_fs.evaluation.hotpotqa import prediction_file
+
+    tmp = work["tmp"]
+    checkpoint = tmp / "data_model" / "checkpoint_best.pt"
+    ok("eval-hotpotqa", checkpoint, "--data", tmp / "data", "--device", "cpu", "--predictions", tmp_path / "p.json")
+    hub = from_pretrained(checkpoint)
+    assert prediction_file(hub.predict_prepared(tmp / "data")) == json.loads((tmp_path / "p.json").read_text())
+
+
 # ---------------------------------------------------------------- recipes and make targets
 
 PAPER_TRAIN_QUESTIONS = 90_447  # HotpotQA's train split

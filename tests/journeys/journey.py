@@ -15,6 +15,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,11 +94,9 @@ class Journey:
         assert not missing, f"{self.name}: the pages do not document {missing}, which the test gives"
         outputs = {}
         for step in self.steps:
-            import time
-
-            t0 = time.time()
+            start = time.monotonic()
             result = workspace.run(self.command(step))
-            print(f"{time.time() - t0:6.1f}s {step[:100]}")
+            print(f"{time.monotonic() - start:6.1f} s  {step[:100]}")  # shown with a failure's output
             log = result.stdout + result.stderr
             assert result.returncode == 0, (
                 f"{self.name}: `{self.command(step)}` exited {result.returncode}:\n{log[-5000:]}"

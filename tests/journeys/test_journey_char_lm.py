@@ -1,7 +1,8 @@
 """docs/char-lm.md's journeys, which the README's first repeats, and docs/data.md's: text8
 fetched and prepared (here from a mirror given by ``--url``, a zip in the release's layout
 at toy size); the five phases of ``make text8`` at toy size, each starting from the last;
-``make eval-bpc`` on the result. And the two corpora prepared from their zips."""
+``make eval-bpc`` on the result; ``longformer-fs sample`` writing with it. And the two
+corpora prepared from their zips."""
 
 import json
 
@@ -43,6 +44,8 @@ def test_text8_through_five_phases_to_bpc(tmp_path):
     assert state["cfg"]["checkpoint"]["finetune_from_model"] == str(saved / "phase4" / "checkpoint_last.pt")
     bpc = next(log for step, log in logs.items() if step.startswith("make eval-bpc"))
     assert "2,000 characters" in bpc and "bpc" in bpc.lower()
+    written = next(log for step, log in logs.items() if step.startswith("longformer-fs sample"))
+    assert len(written.encode()) >= 200  # 200 bytes, each one character of the corpus's alphabet or an escape
 
     assert_refused_in_one_line(
         workspace.root, ["eval-bpc", "{checkpoint}", "--data", "data-bin/text8"], tmp_path / "bad",

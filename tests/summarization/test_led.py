@@ -278,6 +278,21 @@ def test_pdfs_to_summaries_end_to_end(fine_tuned_led, data, tmp_path):
     assert all(s["summary"].startswith("topic z") for s in summaries), summaries
 
 
+def test_the_hub_summarizes_as_summarize_does(fine_tuned_led, data, tmp_path):
+    """longformer_fs.from_pretrained on fairseq-train's checkpoint (dictionary and tokenizer
+    through the data it names): hub.sample is summarize's output, with its settings."""
+    from longformer_fs import from_pretrained
+
+    documents = [json.loads(line)["source"] for line in (data["tmp"] / "long_test.jsonl").read_text().splitlines()[:3]]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
+    ok("summarize", fine_tuned_led, tmp_path / "docs.jsonl", "--min-len", "1", "--max-len", "8",
+       "--out", tmp_path / "s.jsonl")  # fmt: skip
+    written = [json.loads(line)["summary"] for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    hub = from_pretrained(fine_tuned_led)
+    assert hub.sample(documents, min_len=1, max_len_b=8) == written
+    assert all(summary.startswith("topic z") for summary in written)
+
+
 def test_bad_input_gives_clear_errors(bart, data, tmp_path):
     state = {"encoder.sentence_encoder.embed_tokens.weight": torch.zeros(3, 2)}
     fake_checkpoint(tmp_path / "fake", "roberta_base", state)

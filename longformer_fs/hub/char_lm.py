@@ -1,0 +1,61 @@
+"""``CharLMHubInterface``: the character LM writes text, driven by fairseq's
+``SequenceGenerator`` over its incremental decoder (each layer keeps only the keys and
+values its window reaches)."""
+
+from __future__ import annotations
+
+import torch
+from fairseq.hub_utils import GeneratorHubInterface
+
+from ..conventions import EOS, NUM_SPECIALS, byte_symbol
+
+
+class CharLMHubInterface(GeneratorHubInterface):
+    """A ``longformer_lm`` model with its task: ``encode``/``decode`` between text and its
+    bytes' ids (as ``prep text8`` maps them), ``generate`` as fairseq's, and :meth:`sample`.
+
+    A prompt is read after ``</s>``, as ``eval-bpc``'s stream begins.
+    """
+
+    def __init__(self, cfg, task, model):
+        super().__init__(cfg, task, [model])
+        self.model = self.models[0]
+        self.model.eval()
+        dictionary = task.source_dictionary
+        self._ids = [dictionary.index(byte_symbol(b)) for b in range(256)]
+        self._bytes = {i: b for b, i in enumerate(self._ids) if i >= NUM_SPECIALS}
+
+    def encode(self, text: str) -> torch.LongTensor:
+        """The ids of ``text``'s UTF-8 bytes (``<unk>`` for bytes the corpus never held), then
+        ``</s>``, as fairseq's ``binarize`` ends a line (generation takes it off)."""
+        return torch.tensor([self._ids[b] for b in text.encode("utf-8")] + [EOS], dtype=torch.long)
+
+    def decode(self, tokens: torch.LongTensor) -> str:
+        """The text of byte ids (special symbols dropped; broken UTF-8 replaced)."""
+        return bytes(self._bytes[i] for i in tokens.tolist() if i in self._bytes).decode("utf-8", errors="replace")
+
+    def sample(
+        self,
+        prompt: str,
+        max_new: int = 200,
+        greedy: bool = False,
+        temperature: float = 1.0,
+        top_k: int = -1,
+        top_p: float = -1.0,
+        beam: int = 1,
+        seed: int | None = None,
+    ) -> str:
+        """The ``max_new`` bytes that follow ``prompt``, as text: sampled (``temperature``,
+        top-``k``, top-``p``; reproducible with ``seed``), or the most likely with ``greedy``
+        (``beam`` > 1: beam search)."""
+        if max_new < 1:
+            raise ValueError(f"max_new: generate at least one character, got {max_new}")
+        prompt_ids = self.encode(prompt)
+        length = len(prompt_ids) - 1 + max_new  # the prompt and max_new more, no end before
+        settings = {"max_len_a": 0, "max_len_b": length, "min_len": length}
+        if not greedy:
+            settings |= {"sampling": True, "sampling_topk": top_k, "sampling_topp": top_p, "temperature": temperature}
+        if seed is not None:
+            torch.manual_seed(seed)
+        hypothesis = self.generate([prompt_ids], beam=beam, **settings)[0][0]["tokens"]
+        return self.decode(hypothesis[len(prompt_ids) - 1 :])

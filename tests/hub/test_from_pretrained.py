@@ -1,0 +1,40 @@
+"""What ``from_pretrained`` loads, and what it says when it cannot."""
+
+import pytest
+import torch
+from helpers import fake_checkpoint, ok
+
+from longformer_fs import from_pretrained
+from longformer_fs.checkpoint_files import CheckpointError
+
+
+def test_each_model_class_gives_its_hub_interface(tiny_char_lm, longformer_hub, tmp_path):
+    from longformer_fs.hub.char_lm import CharLMHubInterface
+    from longformer_fs.hub.encoder import LongformerHubInterface
+    from longformer_fs.models.longformer_lm import LongformerLanguageModel
+    from longformer_fs.models.longformer_roberta import LongformerRobertaModel
+
+    assert isinstance(LongformerLanguageModel.from_pretrained(tiny_char_lm[0]), CharLMHubInterface)
+    ok("import-hf", longformer_hub, "--out", tmp_path / "mlm")
+    hub = LongformerRobertaModel.from_pretrained(tmp_path / "mlm", "model.pt", ".")  # fairseq's own arguments
+    assert isinstance(hub, LongformerHubInterface) and hub.encode("hello").tolist()[0] == 0
+    with pytest.raises(ValueError, match="a LongformerLanguageModel checkpoint, not a LongformerRobertaModel"):
+        LongformerRobertaModel.from_pretrained(tiny_char_lm[0])
+
+
+def test_what_cannot_be_loaded_is_said_in_one_line(tiny_roberta, tmp_path):
+    ok("convert-roberta", tiny_roberta, "--out", tmp_path / "converted", "--max-positions", "256")
+    with pytest.raises(FileNotFoundError, match="tokenizer: no encoder.json and vocab.bpe .* pass encoder_json="):
+        from_pretrained(tmp_path / "converted")
+    with pytest.raises(ValueError, match="GPT-2's BPE takes both encoder_json= and vocab_bpe="):
+        from_pretrained(tmp_path / "converted", encoder_json=tmp_path / "encoder.json")
+    fake_checkpoint(tmp_path / "lstm", "lstm", {"w": torch.zeros(1)})
+    with pytest.raises(ValueError, match="is a 'lstm' model; from_pretrained takes longformer_roberta, led"):
+        from_pretrained(tmp_path / "lstm")
+    data = (tmp_path / "converted" / "model.pt").read_bytes()
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "model.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="model.pt is truncated or corrupt"):
+        from_pretrained(tmp_path / "cut")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        from_pretrained(tmp_path / "nowhere")
