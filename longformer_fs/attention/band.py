@@ -43,6 +43,21 @@ def effective_window(window: int, seq_len: int, dilation: int) -> int:
     return max(0, min(window, steps))
 
 
+def residue_length(seq_len: int, dilation: int, residue: int) -> int:
+    """Positions of the residue class ``r, r + d, ...`` below ``T``."""
+    return (seq_len - residue + dilation - 1) // dilation if residue < seq_len else 0
+
+
+def residue_order(seq_len: int, dilation: int) -> torch.Tensor:
+    """``(T,)`` long: the positions of each residue class in turn, ``0, d, 2d, ..., 1, 1 + d, ...``.
+
+    In this order a ``(w, d)`` band is an undilated ``w`` band inside each class's run of
+    slots: query and key see each other exactly when they share a class and their slots
+    are at most ``w`` apart (``[-w, 0]`` causal). ``T`` need not be a multiple of ``d``.
+    """
+    return torch.argsort(torch.arange(seq_len) % dilation, stable=True)
+
+
 def band_mask(
     seq_len: int,
     window: int,

@@ -12,6 +12,10 @@ kernel; the project's speed targets and how they were met are in ``docs/benchmar
 Dense implementations are skipped, with the reason, where T x T would not fit in memory or
 beyond ``--dense-max-len``. FlexAttention has no CPU backward, so on CPU it is timed
 forward only.
+
+The ``work`` column is the query-key pairs an implementation computes over the band's
+pairs, read from the tiles it visits (``Backend.work``, the peer's own block mask). It
+needs no GPU, and it is what a GPU's time follows: 1.0 is the band alone.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from tqdm import tqdm
 
 from ..attention import available_backends, banded_attention
-from ..attention.backends.flex import band_block_mask
+from ..attention.backends import BACKENDS, flex
 from ..attention.band import band_mask
 from ..attention.spec import BandSpec
 from . import int_list
@@ -70,6 +74,7 @@ class Result:
     fwd_bwd_ms: float | None = None
     peak_mib: float | None = None
     fwd_gflops: float | None = None
+    work: float | None = None  # query-key pairs computed over the band's pairs (work_ratio)
     skipped: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -140,27 +145,53 @@ def _compiled_flex_attention():
     return torch.compile(flex_attention, dynamic=False)
 
 
+def _spec(case: Case, heads: int, head_dim: int) -> BandSpec:
+    return BandSpec(case.window, (case.dilation,) * heads, case.causal, head_dim**-0.5)
+
+
 def _compiled_cpu_flex(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
     """On CPU the flex backend runs FlexAttention's dense eager path (compiled CPU
     FlexAttention is inference-only and returns no log-sum-exp); what FlexAttention can
-    do on CPU is measured here instead: compiled, forward, with the backend's block mask."""
-    spec = BandSpec(case.window, (case.dilation,) * q.shape[1], case.causal, q.shape[-1] ** -0.5)
-    block_mask = band_block_mask(case.seq_len, spec, None, q.device)
-    flex = _compiled_flex_attention()
-    return lambda: flex(q, k, v, block_mask=block_mask, scale=spec.scale)
+    do on CPU is measured here instead: the backend's own computation (slot orders, tiles,
+    masks), compiled, forward only."""
+    spec = _spec(case, q.shape[1], q.shape[-1])
+    inputs = flex.call_inputs(q, None, spec)
+    torch._dynamo.reset()  # one compilation per case, so no case meets the recompile limit
+    forward = torch.compile(flex.band_forward, dynamic=False)
+    return lambda: forward(q, k, v, *inputs, spec.scale)
 
 
-def _flexattention_peer(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
-    """What a user writes with FlexAttention alone: the upper bound the flex backend is held to."""
-    window, dilation, upper = case.window, case.dilation, 0 if case.causal else case.window
+@lru_cache(maxsize=8)
+def _peer_block_mask(seq_len: int, window: int, dilation: int, causal: bool, device: str) -> BlockMask:
+    upper = 0 if causal else window
 
     def band(b, h, q_idx, kv_idx):
         offset = kv_idx - q_idx
         return (offset % dilation == 0) & (offset >= -window * dilation) & (offset <= upper * dilation)
 
-    block_mask = create_block_mask(band, None, None, case.seq_len, case.seq_len, device=q.device)
-    flex = _compiled_flex_attention()
-    return lambda: flex(q, k, v, block_mask=block_mask, scale=q.shape[-1] ** -0.5)
+    return create_block_mask(band, None, None, seq_len, seq_len, device=device)
+
+
+def _flexattention_peer(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
+    """What a user writes with FlexAttention alone: the upper bound the flex backend is held to."""
+    block_mask = _peer_block_mask(case.seq_len, case.window, case.dilation, case.causal, str(q.device))
+    attend = _compiled_flex_attention()
+    return lambda: attend(q, k, v, block_mask=block_mask, scale=q.shape[-1] ** -0.5)
+
+
+def work_ratio(impl: str, case: Case, heads: int, head_dim: int, device: str) -> float:
+    """Query-key pairs ``impl`` computes over the band's pairs, from the tiles it visits."""
+    if impl in BACKENDS:
+        pairs = BACKENDS[impl].work(case.seq_len, _spec(case, heads, head_dim))
+    elif impl == "flexattention":
+        mask = _peer_block_mask(case.seq_len, case.window, case.dilation, case.causal, device)
+        tiles = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())
+        pairs = heads * tiles * mask.BLOCK_SIZE[0] * mask.BLOCK_SIZE[1]
+    elif impl == "sdpa" and case.causal:
+        pairs = heads * case.seq_len * (case.seq_len + 1) // 2
+    else:  # dense
+        pairs = heads * case.seq_len**2
+    return pairs / (heads * band_pairs(case.seq_len, case.window, case.dilation, case.causal))
 
 
 def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
@@ -216,6 +247,7 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
     forward_only = impl in ("flex", "flexattention") and device.type == "cpu"  # CPU flex rejects inputs needing grad
     q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
     call = make_call(impl, case, q, k, v)
+    result.work = work_ratio(impl, case, args.heads, args.head_dim, str(device))
     budget = 30.0  # seconds per timing: slow configurations get fewer repeats
     with torch.no_grad():
         result.fwd_ms = 1e3 * median_time(call, device, args.repeat, budget_s=budget)
@@ -255,7 +287,7 @@ def print_results(results: list[Result], part: str, baseline: str) -> None:
     print(f"\n[{part}]")
     print(
         f"{'impl':<10} {'variant':<11} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
-        f" {'fwd GF/s':>9} {'x ' + baseline:>16}"
+        f" {'fwd GF/s':>9} {'work':>5} {'x ' + baseline:>16}"
     )
     for r in rows:
         if r.skipped:
@@ -280,7 +312,7 @@ def print_results(results: list[Result], part: str, baseline: str) -> None:
         fb = f"{r.fwd_bwd_ms:.1f}" if r.fwd_bwd_ms is not None else "fwd only"
         print(
             f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {fb:>11}"
-            f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {ratio:>16}"
+            f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {r.work:>5.2f} {ratio:>16}"
         )
 
 
@@ -361,6 +393,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"dense matmul reference: {peak:.0f} GFLOP/s with {top} thread(s)")
     baseline = args.baseline or ("flexattention" if torch.device(args.device).type == "cuda" else "kernel")
     print(f"ratios: forward+backward time over {baseline}'s (forward only where there is no backward)")
+    print("work: query-key pairs computed, from the tiles each visits, over the band's pairs")
     for part in ("scaling", "variants"):
         print_results(results, part, baseline)
 

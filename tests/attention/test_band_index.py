@@ -53,3 +53,21 @@ def test_effective_window_keeps_the_pattern(seq_len, dilation):
             assert not torch.equal(
                 band.band_mask(seq_len, w_eff - 1, dilation, False), band.band_mask(seq_len, window, dilation, False)
             )
+
+
+@pytest.mark.parametrize("seq_len,dilation", [(0, 2), (1, 3), (17, 1), (17, 3), (20, 4), (5, 8)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_in_residue_order_a_dilated_band_is_undilated_bands_on_the_diagonal(seq_len, dilation, causal):
+    """What the flex backend relies on (docs/design.md §1), for T not a multiple of d too."""
+    window = 2
+    order = band.residue_order(seq_len, dilation)
+    assert sorted(order.tolist()) == list(range(seq_len))
+    want = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    first = 0
+    for r in range(dilation):
+        n = band.residue_length(seq_len, dilation, r)
+        assert order[first : first + n].tolist() == list(range(r, seq_len, dilation))
+        want[first : first + n, first : first + n] = band.band_mask(n, window, 1, causal)
+        first += n
+    assert first == seq_len
+    assert torch.equal(band.band_mask(seq_len, window, dilation, causal)[order][:, order], want)

@@ -1,5 +1,6 @@
 """banded_attention, every backend, against the independent float64 oracle."""
 
+import dataclasses
 import functools
 import itertools
 
@@ -175,7 +176,7 @@ def test_unavailable_backend_names_the_alternatives(monkeypatch):
 
     kernel = backends.BACKENDS["kernel"]
     monkeypatch.setitem(
-        backends.BACKENDS, "kernel", backends.Backend("kernel", kernel.fn, kernel.summary, lambda: "not built (test)")
+        backends.BACKENDS, "kernel", dataclasses.replace(kernel, unavailable_reason=lambda: "not built (test)")
     )
     monkeypatch.setattr(backends, "_CHOICES", {})  # auto chooses again with this registry
     q = torch.randn(1, 8, 2, 4)
@@ -183,3 +184,22 @@ def test_unavailable_backend_names_the_alternatives(monkeypatch):
         banded_attention(q, q, q, 2, backend="kernel")
     assert "'chunks'" in str(err.value)
     assert backends.get_backend("auto").name == "chunks"
+
+
+@pytest.mark.parametrize("name", ["kernel", "flex", "chunks"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_backend_costs_the_bands_work_dilated_or_not(name, causal):
+    """``Backend.work``, the pairs each computes from the tiles it visits, covers the band
+    and stays flat in the dilation: a dilated head is an undilated band per residue class,
+    give or take a part-filled block or tile per class. T is not a multiple of 3."""
+    from longformer_fs.attention.backends import BACKENDS
+    from longformer_fs.attention.band import band_mask
+    from longformer_fs.attention.spec import BandSpec
+
+    seq_len, window = 2000, 100
+    work = {d: BACKENDS[name].work(seq_len, BandSpec(window, (d,), causal, 1.0)) for d in (1, 2, 3, 4)}
+    for d, pairs in work.items():
+        assert pairs >= int(band_mask(seq_len, window, d, causal).sum())
+        assert pairs <= 1.15 * work[1], (d, work)
+    mixed = BACKENDS[name].work(seq_len, BandSpec(window, (1, 4, 1, 2), causal, 1.0))
+    assert mixed == 2 * work[1] + work[4] + work[2]

@@ -16,11 +16,17 @@ import itertools
 import pytest
 import torch
 from oracle import oracle_attention, oracle_layer
-from torch.nn.attention.flex_attention import flex_attention
 
 from longformer_fs.attention import LongformerSelfAttention, banded_attention
-from longformer_fs.attention.backends.flex import band_block_mask, band_tiles, flex_band_attention
-from longformer_fs.attention.band import band_mask
+from longformer_fs.attention.backends.flex import (
+    band_block_mask,
+    band_forward,
+    band_tiles,
+    call_inputs,
+    flex_band_attention,
+    work,
+)
+from longformer_fs.attention.band import band_mask, residue_order
 from longformer_fs.attention.spec import BandSpec, PositionTerm
 
 CASES = [  # seq_len, window, dilations, causal, padded
@@ -107,43 +113,58 @@ def test_layer_with_global_tokens_matches_oracle():
         )
 
 
-@pytest.mark.parametrize(
-    "seq_len,window,dilations,causal,padded",
-    [
-        (300, 300, (1, 1), False, False),  # wide window: whole tiles inside the band are skipped-mask "full" tiles
-        (270, 20, (1, 2, 3, 1), True, True),
-    ],
-)
-def test_compiled_cpu_flex_with_our_block_mask(seq_len, window, dilations, causal, padded):
-    """The real compiled kernel visits only the tiles the block mask lists."""
-    q, k, v = (x.transpose(1, 2) for x in qkv(seq_len, len(dilations), dim=16))
-    pad = padding(seq_len, padded)
-    spec = BandSpec(window, dilations, causal, 16**-0.5)
-    block_mask = band_block_mask(seq_len, spec, None if pad is None else ~pad, q.device)
-    if not padded:
-        assert bool(block_mask.full_kv_num_blocks.sum()) or window < 128
+def test_compiled_cpu_flex_with_our_block_mask():
+    """The real compiled kernel visits only the tiles the block mask lists. Two calls of one
+    shape, so one compilation: a window wide enough for "full" tiles (mask skipped) inside
+    a dilated head's residue class, whose classes of 151 and 150 slots meet inside a tile;
+    then mixed dilations, causal and padded. T is not a multiple of 2, 3 or 4."""
+    seq_len = 301
+    q, k, v = (x.transpose(1, 2) for x in qkv(seq_len, 4, dim=16))
+    forward = torch.compile(band_forward)
     torch._dynamo.reset()
-    with torch.no_grad():
-        out = torch.compile(flex_attention)(q, k, v, block_mask=block_mask, scale=spec.scale)
-    want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), window, dilations, causal, pad)
-    rows = torch.ones(2, seq_len, dtype=torch.bool) if pad is None else ~pad
-    torch.testing.assert_close(out.transpose(1, 2)[rows].double(), want[rows], atol=1e-5, rtol=1e-5)
+    cases = ((150, (2, 1, 1, 2), False, None), (20, (1, 2, 3, 4), True, padding(seq_len, True)))
+    for window, dilations, causal, pad in cases:
+        spec = BandSpec(window, dilations, causal, 16**-0.5)
+        if pad is None:  # head 0 has d = 2
+            assert band_block_mask(seq_len, spec, None, q.device).full_kv_num_blocks[0, 0].sum() > 0
+        with torch.no_grad():
+            out = forward(q, k, v, *call_inputs(q, pad, spec), spec.scale)
+        want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), window, dilations, causal, pad)
+        rows = torch.ones(2, seq_len, dtype=torch.bool) if pad is None else ~pad
+        torch.testing.assert_close(out.transpose(1, 2)[rows].double(), want[rows], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(
-    "window,dilation,causal,padded", list(itertools.product((0, 3, 9), (1, 2), (False, True), (False, True)))
+    "window,dilation,causal,padded", list(itertools.product((0, 3, 9), (1, 2, 3), (False, True), (False, True)))
 )
 def test_block_lists_cover_the_band_and_full_tiles_hold_only_band(window, dilation, causal, padded):
-    seq_len, block = 37, 8
+    seq_len, block = 37, 8  # not a multiple of 2 or 3: residue classes of unequal length
     partial, full = band_tiles(seq_len, window, (dilation,), causal, padded, block)
-    mask = band_mask(seq_len, window, dilation, causal)
+    slots = residue_order(seq_len, dilation)
+    mask = band_mask(seq_len, window, dilation, causal)[slots][:, slots]  # the band between slots
     for qb, kb in itertools.product(range(partial.shape[1]), repeat=2):
         tile = mask[qb * block : (qb + 1) * block, kb * block : (kb + 1) * block]
         if tile.any():
             assert partial[0, qb, kb] or full[0, qb, kb]
+        else:
+            assert not (partial[0, qb, kb] or full[0, qb, kb])  # no tile is visited for nothing
         if full[0, qb, kb]:
-            assert tile.all() and not padded and dilation == 1
+            assert tile.all() and not padded
         assert not (partial[0, qb, kb] and full[0, qb, kb])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_dilated_head_visits_as_many_tiles_as_an_undilated_one(causal):
+    """The paper's top layers dilate by up to 4: in position order those heads would
+    touch d times the tiles. In slot order they stay within a few tiles of d = 1."""
+    seq_len, window = 4096, 256
+    undilated = work(seq_len, BandSpec(window, (1,), causal, 1.0))
+    for d in (2, 3, 4):
+        assert work(seq_len, BandSpec(window, (d,), causal, 1.0)) <= 1.05 * undilated
+    # The undilated count itself: each 128-row query tile meets 2w/128 + 1 (bidirectional)
+    # or w/128 + 1 (causal) key tiles, fewer at the edges.
+    tiles = undilated // 128**2
+    assert tiles == (32 * 5 - 6 if not causal else 32 * 3 - 3), tiles
 
 
 def test_cpu_training_is_refused_clearly():
@@ -176,10 +197,10 @@ def counted_compiles(monkeypatch):
 
 def test_fifty_lengths_compile_a_bounded_number_of_times(counted_compiles, caplog):
     """What fairseq's batches bring: a new length nearly every step, batch sizes that vary,
-    padding in some batches, a different window per layer, with and without the position
-    term. The compilations stay bounded and nothing falls back to a dense path."""
+    padding in some batches, a different window per layer, layers with and without dilated
+    heads, with and without the position term. The compilations stay bounded and nothing
+    falls back to a dense path."""
     counter, flex = counted_compiles
-    dilations = (1, 2)
     lengths = [130 + 37 * i for i in range(50)]
     checked = {lengths[0], lengths[17], lengths[-1]}
     with torch.no_grad(), caplog.at_level("WARNING"):
@@ -191,6 +212,7 @@ def test_fifty_lengths_compile_a_bounded_number_of_times(counted_compiles, caplo
                 pad = torch.zeros(batch, seq_len, dtype=torch.bool)
                 pad[-1, seq_len - 30 :] = True
             q, k, v = (x[:1].expand(batch, -1, -1, -1).contiguous() for x in (q, k, v))
+            dilations = (1, 2) if i % 7 < 4 else (1, 1)
             spec = BandSpec(window, dilations, i % 4 == 0, 16**-0.5, relative=i % 5 == 0)
             position = None
             if spec.relative:
@@ -211,9 +233,9 @@ def test_fifty_lengths_compile_a_bounded_number_of_times(counted_compiles, caplo
                     out.transpose(1, 2)[rows].double(), want.transpose(1, 2)[rows], atol=1e-5, rtol=1e-5
                 )
     assert flex._FALLBACKS == {} and not [r for r in caplog.records if "flex -> chunks" in r.getMessage()]
-    # Two functions (plain, relative), each specialised at most for a batch of one and a
-    # first static trace: far from one compilation per length or window.
-    assert 2 <= counter.frame_count <= 4, counter.frame_count
+    # Four functions (plain, relative; with and without dilated heads), each specialised at
+    # most for a batch of one and a first static trace: far from one per length or window.
+    assert 4 <= counter.frame_count <= 8, counter.frame_count
 
 
 def test_hitting_the_recompile_limit_goes_to_chunks_and_says_why(counted_compiles, caplog):

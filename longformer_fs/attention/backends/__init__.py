@@ -40,7 +40,7 @@ import torch
 from .. import check_records
 from ..spec import BandAttentionFn, BandSpec
 from ..tracing import constant_when_traced
-from . import flex, kernel
+from . import chunks, flex, kernel, reference
 from .chunks import chunks_band_attention
 from .reference import reference_band_attention
 
@@ -56,6 +56,10 @@ class Backend:
     name: str
     fn: BandAttentionFn
     summary: str
+    # Query-key pairs the backend computes for one batch row of a call, (T, spec) -> int:
+    # the tiles it visits times their size. Over the band's pairs, it predicts the cost of
+    # a call on hardware that is not here.
+    work: Callable[[int, BandSpec], int]
     unavailable_reason: Callable[[], str | None] = lambda: None
     # Why the backend cannot compute a call (None: it can), given its spec, device and head dimension.
     limitation: Callable[[BandSpec, torch.device, int], str | None] = _no_limitation
@@ -69,12 +73,12 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("kernel", kernel.kernel_band_attention, "compiled C++/CUDA band kernels, memory O(T*D)",
-                kernel.unavailable_reason, kernel.limitation),
+                kernel.work, kernel.unavailable_reason, kernel.limitation),
         Backend("flex", flex.flex_band_attention, "PyTorch FlexAttention with a block-sparse band, compiled once "
-                "for all lengths (GPU; on CPU its dense reference path, forward only)", flex.unavailable_reason,
-                flex.limitation),
-        Backend("chunks", chunks_band_attention, "blocked PyTorch, memory O(T*w)"),
-        Backend("reference", reference_band_attention, "dense masked attention, O(T^2), for tests"),
+                "for all lengths (GPU; on CPU its dense reference path, forward only)", flex.work,
+                flex.unavailable_reason, flex.limitation),
+        Backend("chunks", chunks_band_attention, "blocked PyTorch, memory O(T*w)", chunks.work),
+        Backend("reference", reference_band_attention, "dense masked attention, O(T^2), for tests", reference.work),
     )
 }  # fmt: skip
 

@@ -108,6 +108,17 @@ def undilated_band_attention(
     return out[:, :, :t], lse.view(n, h, blocks * rows)[:, :, :t]
 
 
+def work(seq_len: int, spec: BandSpec) -> int:
+    """Query-key pairs computed for one batch row: every block's ``b x (b + W - 1)`` tile,
+    on each of a head's ``d`` residue classes (padded to ``ceil(T / d)``), summed over heads."""
+    total = 0
+    for d, heads in spec.head_groups().items():
+        width = band_width(effective_window(spec.window, seq_len, d), spec.causal)
+        rows, class_len = block_size(width), -(-seq_len // d)
+        total += len(heads) * d * -(-class_len // rows) * rows * (rows + width - 1)
+    return total
+
+
 def _to_residues(x: torch.Tensor, d: int) -> torch.Tensor:
     """``(B, H, T, D)`` with ``T % d == 0`` -> ``(B*d, H, T/d, D)``, residue r = i mod d."""
     b, h, t, dim = x.shape

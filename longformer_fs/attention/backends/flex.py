@@ -3,12 +3,21 @@
 FlexAttention is a PyTorch-maintained kernel generator: a ``mask_mod`` says which
 (query, key) pairs exist and a ``BlockMask`` says which tiles to visit at all. Here:
 
-- the tiles come from the band's geometry, per head, in O((T / 128)^2) work (never
-  T^2), cached per shape. Tiles that lie wholly inside an undilated band are marked
-  *full*, so FlexAttention skips the mask there; with padding no tile is full, since
-  padded keys hide in any tile;
-- ``mask_mod`` adds dilation (``(j - i) % d == 0``), the window, causality and key
-  padding, all read from tensors;
+- **a dilated head costs what an undilated one does.** A ``(w, d)`` band is an undilated
+  ``w`` band on each of the ``d`` residue classes ``i = r (mod d)`` (docs/design.md §1).
+  So when a layer has dilated heads, each head's queries, keys and values are gathered
+  into its :func:`~..band.residue_order` ("slots"), where its band is ``d`` undilated
+  bands along the diagonal, and the output is gathered back. Visiting tiles of the
+  dilated band in position order instead would touch ``d`` times the tiles and throw
+  away ``(d - 1) / d`` of each. Heads with different dilations share one call: each has
+  its own order;
+- the tiles come from that geometry, per head, in O(d (T / 128)^2) work (never T^2),
+  cached per shape. Tiles that lie wholly inside one class's band are marked *full*, so
+  FlexAttention skips the mask there; with padding no tile is full, since padded keys
+  hide in any tile;
+- ``mask_mod`` maps slots back to positions and checks dilation (``(j - i) % d == 0``,
+  which is the residue class), the window, causality and key padding, all read from
+  tensors;
 - the relative-position term becomes a ``score_mod`` that adds a ``(B, H, T, W)`` bias
   gathered by band column: memory O(T * W), like ``chunks`` (never T x T);
 - FlexAttention returns the row log-sum-exp that the layer merges with global keys.
@@ -19,10 +28,11 @@ FlexAttention that saw these as constants would recompile for each, and after to
 recompile limit run FlexAttention eagerly, which is dense (O(T^2) memory). So the
 compiled function takes everything that varies as tensors (the window, dilations,
 padding, the tile lists) and is compiled with dynamic shapes and ``fullgraph=True``:
-its variants are bounded by the kinds of call (grad mode, dtype, a batch of one), not
-by lengths or windows. Hitting the recompile limit anyway raises inside torch instead
-of going dense, and the backend then hands the call to ``chunks`` and logs why; so it
-does when FlexAttention fails to compile for a call.
+its variants are bounded by the kinds of call (grad mode, dtype, a batch of one; with or
+without the position term and dilated heads, a function each), not by lengths or
+windows. Hitting the recompile limit anyway raises inside torch instead of going dense,
+and the backend then hands the call to ``chunks`` and logs why; so it does when
+FlexAttention fails to compile for a call.
 
 FlexAttention computes in the input dtype with fp32 softmax statistics; the output is
 returned in the input dtype. It has no attention dropout, and its GPU kernels need a
@@ -46,6 +56,7 @@ import torch
 import torch.fx.experimental._config  # noqa: F401 (read by _compile_settings)
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
+from ..band import residue_length, residue_order
 from ..spec import BandOutput, BandSpec, PositionTerm
 from .chunks import chunks_band_attention
 
@@ -76,21 +87,36 @@ def limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str | Non
 def band_tiles(
     seq_len: int, window: int, dilations: tuple[int, ...], causal: bool, padded: bool, block: int = BLOCK
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which ``block x block`` tiles of the ``(T, T)`` score matrix to visit, per head.
+    """Which ``block x block`` tiles of the ``(T, T)`` score matrix to visit, per head, in
+    slot order.
+
+    A head with dilation ``d`` is computed on its :func:`~..band.residue_order`: there
+    its band is ``d`` undilated ``w`` bands on the diagonal, one per residue class, so it
+    touches as many tiles as an undilated head (plus a few where classes meet inside a
+    tile), not ``d`` times as many. For ``d = 1`` slots are positions.
 
     Returns:
         ``partial`` and ``full``, ``(H, nb, nb)`` bool with ``nb = ceil(T / block)``:
         ``partial`` tiles hold some band pairs and need the mask; ``full`` tiles hold only
-        band pairs (never with dilation or padding).
+        band pairs (one residue class on both sides, never with padding).
     """
     starts = torch.arange(0, seq_len, block)
     ends = torch.clamp(starts + block, max=seq_len) - 1  # inclusive
     q_lo, q_hi, k_lo, k_hi = starts[:, None], ends[:, None], starts[None, :], ends[None, :]
+    below, above = window, (0 if causal else window)  # reach in slots, before and after the query
     per_dilation = {}
     for d in set(dilations):
-        below, above = window * d, (0 if causal else window * d)  # reach before and after the query
-        touch = (k_lo <= q_hi + above) & (k_hi >= q_lo - below)
-        inside = (k_hi - q_lo <= above) & (k_lo - q_hi >= -below) if d == 1 and not padded else torch.zeros_like(touch)
+        touch = torch.zeros(len(starts), len(starts), dtype=torch.bool)
+        inside = torch.zeros_like(touch)
+        first = 0
+        for r in range(min(d, seq_len)):  # residue class r holds slots [first, last]
+            last = first + residue_length(seq_len, d, r) - 1
+            qa, qb, ka, kb = q_lo.clamp(min=first), q_hi.clamp(max=last), k_lo.clamp(min=first), k_hi.clamp(max=last)
+            touch |= (qa <= qb) & (ka <= kb) & (ka - qb <= above) & (kb - qa >= -below)
+            if not padded:
+                one_class = (q_lo >= first) & (q_hi <= last) & (k_lo >= first) & (k_hi <= last)
+                inside |= one_class & (k_hi - q_lo <= above) & (k_lo - q_hi >= -below)
+            first = last + 1
         per_dilation[d] = (touch & ~inside, inside)
     # Always one list per head: a constant head count keeps the compiled function's shapes
     # the same for layers with and without mixed dilations.
@@ -119,13 +145,34 @@ def band_geometry(window: int, dilations: tuple[int, ...], causal: bool, device:
     return torch.stack([d, window * d, d * (0 if causal else window)]).to(device)
 
 
+@lru_cache(maxsize=32)  # (2, H, T) int64 on the device, a few MiB at long T: fewer kept
+def slot_order(seq_len: int, dilations: tuple[int, ...], device: str) -> torch.Tensor | None:
+    """``(2, H, T)`` long: each head's position of every slot, and slot of every position
+    (None when no head is dilated: slots are positions)."""
+    if all(d == 1 for d in dilations):
+        return None
+    orders = {d: residue_order(seq_len, d) for d in set(dilations)}
+    positions = torch.stack([orders[d] for d in dilations])
+    return torch.stack([positions, torch.argsort(positions, dim=-1)]).to(device)
+
+
+def work(seq_len: int, spec: BandSpec) -> int:
+    """Query-key pairs FlexAttention computes for one batch row: the tiles of :func:`band_tiles`,
+    summed over heads, times the tile size."""
+    partial, full = band_tiles(seq_len, spec.window, spec.dilations, spec.causal, padded=False)
+    return int(partial.sum() + full.sum()) * BLOCK * BLOCK
+
+
 # ------------------------------------------------------------------ the compiled function
 
 
-def _band_block_mask(key_ok, geometry, tiles, seq_len) -> BlockMask:
+def _band_block_mask(key_ok, geometry, tiles, seq_len, positions=None) -> BlockMask:
+    """The band's ``BlockMask``; with ``positions`` ``(H, T)``, indices are slots of each head's order."""
     dilation, before, after = geometry[0], geometry[1], geometry[2]
 
     def mask_mod(b, h, q_idx, kv_idx):
+        if positions is not None:
+            q_idx, kv_idx = positions[h, q_idx], positions[h, kv_idx]
         offset = kv_idx - q_idx
         d = dilation[h]
         return (offset % d == 0) & (offset >= -before[h]) & (offset <= after[h]) & key_ok[b, kv_idx]
@@ -134,39 +181,98 @@ def _band_block_mask(key_ok, geometry, tiles, seq_len) -> BlockMask:
 
 
 def band_block_mask(seq_len: int, spec: BandSpec, key_ok: torch.Tensor | None, device: torch.device) -> BlockMask:
-    """The ``BlockMask`` of a call as the backend builds it; ``key_ok`` ``(B, T)`` bool or None."""
+    """The ``BlockMask`` of a call as the backend builds it; ``key_ok`` ``(B, T)`` bool or None.
+
+    Its indices are slots of each head's :func:`slot_order` (positions when no head is dilated).
+    """
     padded = key_ok is not None
     if not padded:
         key_ok = torch.ones(1, seq_len, dtype=torch.bool, device=device)
     geometry = band_geometry(spec.window, spec.dilations, spec.causal, str(device))
     tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, padded, str(device))
-    return _band_block_mask(key_ok, geometry, tiles, seq_len)
+    order = slot_order(seq_len, spec.dilations, str(device))
+    return _band_block_mask(key_ok, geometry, tiles, seq_len, None if order is None else order[0])
 
 
-def _flex(q, k, v, block_mask, score_mod, scale):
-    out, aux = flex_attention(
-        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=AuxRequest(lse=True)
-    )
-    return out, aux.lse
+def _gather_heads(x, index):
+    """``x`` ``(B, H, T, *rest)`` reordered along T by each head's ``index`` ``(H, T)``."""
+    index = index.view(1, *index.shape, *([1] * (x.dim() - 3)))
+    return x.gather(2, index.expand(x.shape[0], *index.shape[1:3], *x.shape[3:]))
+
+
+def _attend(q, k, v, key_ok, geometry, tiles, scale, order=None, pos_query=None, table=None, lse=True):
+    """Band attention from tensors only: ``(out (B, H, T, D), lse (B, H, T))``, or ``(out,)``
+    without ``lse`` (all compiled CPU FlexAttention can return).
+
+    With ``order`` (:func:`slot_order`), every head is computed on its own slot order and
+    put back: a dilated head costs an undilated one's tiles plus four gathers.
+    """
+    if order is not None:
+        q, k, v = (_gather_heads(x, order[0]) for x in (q, k, v))
+        if pos_query is not None:
+            pos_query = _gather_heads(pos_query, order[0])
+    score_mod = None
+    if pos_query is not None:
+        bias = torch.einsum("bhid,hcd->bhic", pos_query, table.to(pos_query.dtype)) * scale
+        dilation, before, width = geometry[0], geometry[1], bias.shape[-1]
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            # In slots, the key of band column c is c - w slots from the query, dilated or not.
+            column = torch.clamp(kv_idx - q_idx + before[h] // dilation[h], 0, width - 1)
+            return score + bias[b, h, q_idx, column]
+
+    block_mask = _band_block_mask(key_ok, geometry, tiles, q.shape[2], None if order is None else order[0])
+    if lse:
+        out, aux = flex_attention(
+            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=AuxRequest(lse=True)
+        )
+        result = (out, aux.lse)
+    else:
+        result = (flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale),)
+    if order is not None:
+        result = tuple(_gather_heads(x, order[1]) for x in result)
+    return result
+
+
+# One function per kind of call: each is its own code object, so torch.compile gives each
+# its own cache and recompile budget, and a model with dilated and undilated layers does
+# not spend one kind's budget on the other.
 
 
 def band_plain(q, k, v, key_ok, geometry, tiles, scale):
-    """Band attention from tensors only: ``(out (B, H, T, D), lse (B, H, T))``."""
-    return _flex(q, k, v, _band_block_mask(key_ok, geometry, tiles, q.shape[2]), None, scale)
+    """:func:`_attend` with no dilated head and no position term."""
+    return _attend(q, k, v, key_ok, geometry, tiles, scale)
 
 
 def band_relative(q, k, v, key_ok, geometry, tiles, pos_query, table, scale):
     """:func:`band_plain` plus the position term, gathered from a ``(B, H, T, W)`` bias."""
-    bias = torch.einsum("bhid,hcd->bhic", pos_query, table.to(pos_query.dtype)) * scale
-    dilation, before = geometry[0], geometry[1]
-    width = bias.shape[-1]
+    return _attend(q, k, v, key_ok, geometry, tiles, scale, pos_query=pos_query, table=table)
 
-    def score_mod(score, b, h, q_idx, kv_idx):
-        d = dilation[h]
-        column = torch.clamp(torch.div(kv_idx - q_idx, d, rounding_mode="floor") + before[h] // d, 0, width - 1)
-        return score + bias[b, h, q_idx, column]
 
-    return _flex(q, k, v, _band_block_mask(key_ok, geometry, tiles, q.shape[2]), score_mod, scale)
+def band_plain_dilated(q, k, v, key_ok, geometry, tiles, order, scale):
+    """:func:`band_plain` with dilated heads, each on its slot order."""
+    return _attend(q, k, v, key_ok, geometry, tiles, scale, order)
+
+
+def band_relative_dilated(q, k, v, key_ok, geometry, tiles, order, pos_query, table, scale):
+    """:func:`band_relative` with dilated heads, each on its slot order."""
+    return _attend(q, k, v, key_ok, geometry, tiles, scale, order, pos_query, table)
+
+
+def band_forward(q, k, v, key_ok, geometry, tiles, order, scale):
+    """The output alone (``order`` may be None): what compiled CPU FlexAttention can run,
+    for benchmarks and tests of the compiled kernel on CPU."""
+    return _attend(q, k, v, key_ok, geometry, tiles, scale, order, lse=False)[0]
+
+
+def call_inputs(q: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec):
+    """The tensors a call passes besides ``q, k, v``: ``(key_ok, geometry, tiles, order)``."""
+    batch, _, seq_len, _ = q.shape
+    device = str(q.device)
+    key_ok = torch.ones(batch, seq_len, dtype=torch.bool, device=q.device) if key_mask is None else ~key_mask
+    geometry = band_geometry(spec.window, spec.dilations, spec.causal, device)
+    tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, key_mask is not None, device)
+    return key_ok, geometry, tiles, slot_order(seq_len, spec.dilations, device)
 
 
 @lru_cache(maxsize=None)
@@ -217,7 +323,8 @@ def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTer
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     if spec.dropout_p:
         raise ValueError("backend: 'flex' has no attention dropout; use backend='auto' or 'chunks'")
-    kind = "relative" if position is not None else "plain"
+    # A kind per compiled function: one kind's fallback leaves the others compiled.
+    kind = ("relative" if position is not None else "plain") + (" dilated" if max(spec.dilations) > 1 else "")
     why_not = limitation(spec, q.device, q.shape[-1])
     if why_not is not None:
         return _fall_back(f"{kind} D={q.shape[-1]}", why_not, q, k, v, key_mask, spec, position)
@@ -229,12 +336,13 @@ def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTer
             f"backend: 'flex' has no backward on CPU in torch {torch.__version__} (a FlexAttention "
             "limit); train on CPU with backend='kernel' or 'chunks'"
         )
-    batch, _, seq_len, _ = q.shape
-    device = str(q.device)
-    key_ok = torch.ones(batch, seq_len, dtype=torch.bool, device=q.device) if key_mask is None else ~key_mask
-    geometry = band_geometry(spec.window, spec.dilations, spec.causal, device)
-    tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, key_mask is not None, device)
-    fn, args = (band_plain, ()) if position is None else (band_relative, (position.query, position.table))
+    key_ok, geometry, tiles, order = call_inputs(q, key_mask, spec)
+    if order is None:
+        fn, args = (band_plain, ()) if position is None else (band_relative, (position.query, position.table))
+    elif position is None:
+        fn, args = band_plain_dilated, (order,)
+    else:
+        fn, args = band_relative_dilated, (order, position.query, position.table)
     if torch.compiler.is_compiling():  # inside the caller's own compiled graph: traced there
         return fn(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
     # On CPU the eager path is chosen on purpose (see the module docstring): silence torch's

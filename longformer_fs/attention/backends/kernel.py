@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..band import residue_length
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm
 from ..tracing import constant_when_traced
@@ -69,6 +70,29 @@ def build_id() -> str:
 def limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str | None:
     """Why the kernels cannot compute this call: they have no attention dropout."""
     return "it cannot compute this call (attention dropout)" if spec.dropout_p else None
+
+
+CUDA_TILE = 32  # kTile of cuda_ext/cuda/band_attention.cu: queries, and keys, per tile
+
+
+def work(seq_len: int, spec: BandSpec) -> int:
+    """Query-key pairs the CUDA forward kernel computes for one batch row.
+
+    Its loops, restated: a work item is one (head, residue class) with ``n`` positions and
+    an undilated window clamped to ``n - 1``; each tile of 32 queries meets the 32-key
+    tiles that cover its ``key_range`` (``cuda_ext/include/band_index.h``). So the keys
+    visited are those of the dilated band, rounded to tiles, never the skipped ones.
+    """
+    total = 0
+    for d in spec.dilations:
+        for r in range(min(d, seq_len)):
+            n = residue_length(seq_len, d, r)
+            window = min(spec.window, n - 1)
+            m0 = torch.arange(0, n, CUDA_TILE)
+            lo = (m0 - window).clamp(min=0)
+            hi = (m0 + CUDA_TILE).clamp(max=n).add(0 if spec.causal else window).clamp(max=n)
+            total += int(((hi - lo + CUDA_TILE - 1) // CUDA_TILE).sum()) * CUDA_TILE * CUDA_TILE
+    return total
 
 
 def _stream(device: torch.device) -> int:

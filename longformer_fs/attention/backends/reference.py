@@ -17,6 +17,11 @@ def dense_position_scores(position: PositionTerm, spec: BandSpec, seq_len: int) 
     return per_column.gather(-1, column.expand(per_column.shape[0], -1, -1, -1))
 
 
+def work(seq_len: int, spec: BandSpec) -> int:
+    """Query-key pairs computed for one batch row: all ``T x T``, per head."""
+    return len(spec.dilations) * seq_len * seq_len
+
+
 def reference_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     allowed = head_band_mask(q.shape[2], spec.window, spec.dilations, spec.causal, q.device)[None]
