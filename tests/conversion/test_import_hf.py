@@ -210,6 +210,70 @@ def test_max_positions_extends_by_copying(tokenizer, tmp_path):
     )
 
 
+def copied_positions(table: torch.Tensor, reserved: int, rows: int) -> torch.Tensor:
+    """HF's side of extending by copying, as allenai's conversion scripts did: the learned
+    rows after ``reserved`` tiled out to ``rows`` learned rows."""
+    learned = table[reserved:]
+    return torch.cat([table[:reserved], learned.repeat(-(-rows // learned.shape[0]), 1)[:rows]])
+
+
+def with_positions(model, config, key: str, table: torch.Tensor):
+    """A copy of HF ``model`` built for ``config`` (more positions), ``key`` set to ``table``."""
+    longer = type(model)(config).eval()
+    state = {k: v for k, v in model.state_dict().items() if k in longer.state_dict()}
+    state[key] = table
+    missing, unexpected = longer.load_state_dict(state, strict=False)
+    assert not unexpected and all("position_ids" in k for k in missing), (missing, unexpected)
+    return longer.double()
+
+
+def test_longformer_extended_from_4096_to_16384_equals_hf_extended_alike(tokenizer, tmp_path):
+    """allenai's models hold 4,096 positions; past them, our copied rows give the logits
+    that HF's model gives with its table extended by copying on its side."""
+    from transformers import LongformerForMaskedLM
+
+    theirs = scaled(LongformerForMaskedLM(longformer_config(tokenizer, max_position_embeddings=4098)))
+    save_model(theirs, tokenizer, tmp_path / "hf")
+    report, ours, _ = imported(tmp_path / "hf", tmp_path / "out", "--max-positions", "16384")
+    assert report["positions"] == [4096, 16384]
+    key = "longformer.embeddings.position_embeddings.weight"
+    table = copied_positions(theirs.state_dict()[key], 2, 16384)  # HF numbers from padding_idx + 1 = 2
+    longer = with_positions(theirs, longformer_config(tokenizer, max_position_embeddings=16386), key, table)
+    tokens = batch(theirs.config.vocab_size, [4700, 4101])  # past 4,096, padded
+    with torch.no_grad():
+        expected = longer(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
+        got = ours(tokens)[0]
+    real = tokens != 1
+    # Five million logits: the type row folded into the positions in float32 (module
+    # docstring) puts a few of them 1e-5 off.
+    torch.testing.assert_close(got[real], expected[real], atol=5e-5, rtol=1e-5)
+
+
+def test_led_extended_from_16384_to_32768_equals_hf_extended_alike(tokenizer, tmp_path):
+    """LED's 16,384 encoder positions doubled: HF numbers them from 0, with no reserved row."""
+    from transformers import LEDForConditionalGeneration
+
+    config = led_config(tokenizer, d_model=16, encoder_attention_heads=2, decoder_attention_heads=2,
+                        max_encoder_position_embeddings=16384)  # fmt: skip
+    theirs = scaled(LEDForConditionalGeneration(config))
+    save_model(theirs, tokenizer, tmp_path / "hf")
+    report, ours, _ = imported(tmp_path / "hf", tmp_path / "out", "--max-positions", "32768")
+    assert report["positions"] == [16384, 32768]
+    key = "led.encoder.embed_positions.weight"
+    table = copied_positions(theirs.state_dict()[key], 0, 32768)
+    config.max_encoder_position_embeddings = 32768
+    longer = with_positions(theirs, config, key, table)
+    source = batch(theirs.config.vocab_size, [16500])
+    previous = torch.cat([torch.full((1, 1), 2), batch(theirs.config.vocab_size, [6], seed=1)[:, :-1]], dim=1)
+    with torch.no_grad():
+        expected = longer(
+            input_ids=source, attention_mask=torch.ones_like(source), global_attention_mask=(source == 0).long(),
+            decoder_input_ids=previous,
+        ).logits  # fmt: skip
+        got = ours(source, torch.tensor([source.shape[1]]), previous)[0]
+    torch.testing.assert_close(got, expected[..., :-1], **TOL)  # the translation task has no <mask> row
+
+
 # ---------------------------------------------------------------- and back out
 
 
