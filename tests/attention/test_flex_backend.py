@@ -75,13 +75,16 @@ def test_lse_and_empty_rows_match_the_reference_backend():
     torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
 
 
-def test_relative_position_term_matches_oracle():
+@pytest.mark.parametrize("causal", [True, False])
+def test_relative_position_term_matches_oracle(causal):
+    """Dilated and undilated heads in one call: in slot order a dilated head's band column
+    is the slot distance, as an undilated head's is."""
     q, k, v = qkv(40, 2, seed=1)
     window, dilations = 6, (1, 3)
     gen = torch.Generator().manual_seed(2)
     pos_query = torch.randn(2, 40, 2, 8, generator=gen)
-    table = torch.randn(2, window + 1, 8, generator=gen)
-    spec = BandSpec(window, dilations, True, 8**-0.5, relative=True)
+    table = torch.randn(2, window + 1 if causal else 2 * window + 1, 8, generator=gen)
+    spec = BandSpec(window, dilations, causal, 8**-0.5, relative=True)
     with torch.no_grad():
         out, _ = flex_band_attention(
             *(x.transpose(1, 2) for x in (q, k, v)), None, spec, PositionTerm(pos_query.transpose(1, 2), table)
@@ -92,7 +95,7 @@ def test_relative_position_term_matches_oracle():
         v.double(),
         window,
         dilations,
-        True,
+        causal,
         pos_query=pos_query.double(),
         pos_table=table.double(),
     )
@@ -165,6 +168,28 @@ def test_a_dilated_head_visits_as_many_tiles_as_an_undilated_one(causal):
     # or w/128 + 1 (causal) key tiles, fewer at the edges.
     tiles = undilated // 128**2
     assert tiles == (32 * 5 - 6 if not causal else 32 * 3 - 3), tiles
+
+
+def test_reordering_into_slots_and_back_has_the_inverse_as_its_gradient():
+    """The gathers around a dilated call: their gradients are gathers by the inverse order
+    (no scatter-add), also as torch.compile traces them."""
+    from longformer_fs.attention.backends.flex import reorder, slot_order
+
+    order = slot_order(23, (1, 3, 2), "cpu")
+    x = torch.randn(2, 3, 23, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: reorder(t, order), (x,))
+    assert torch.autograd.gradcheck(lambda t: reorder(t, order, back=True), (x,))
+    torch.testing.assert_close(reorder(reorder(x, order), order, back=True), x)
+    weights = torch.randn(2, 3, 23, 4, dtype=torch.float64)
+
+    def loss(t):
+        return (reorder(t, order) * weights).sum()
+
+    (eager,) = torch.autograd.grad(loss(x), x)
+    torch._dynamo.reset()
+    (compiled,) = torch.autograd.grad(torch.compile(loss, backend="aot_eager", fullgraph=True)(x), x)
+    torch.testing.assert_close(compiled, eager)
+    torch.testing.assert_close(eager, reorder(weights, order, back=True))
 
 
 def test_cpu_training_is_refused_clearly():

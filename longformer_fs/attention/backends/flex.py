@@ -131,7 +131,7 @@ def _indices(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return counts[None], order[None]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)  # (H, T/128, T/128) int32 twice on the device: ~6 MiB an entry at 32K tokens
 def tile_lists(seq_len: int, window: int, dilations: tuple[int, ...], causal: bool, padded: bool, device: str):
     """``(kv_num, kv_idx, full_num, full_idx)`` on ``device``, for ``BlockMask.from_kv_blocks``."""
     partial, full = band_tiles(seq_len, window, dilations, causal, padded)
@@ -200,17 +200,46 @@ def _gather_heads(x, index):
     return x.gather(2, index.expand(x.shape[0], *index.shape[1:3], *x.shape[3:]))
 
 
+class _Reorder(torch.autograd.Function):
+    """:func:`_gather_heads` by a permutation, whose gradient is the gather by its inverse.
+
+    Autograd's own gradient of a gather is a scatter-add into zeros (atomics on CUDA), as
+    it must be for an index that may repeat; a permutation never repeats.
+    """
+
+    @staticmethod
+    def forward(x, index, inverse):
+        return _gather_heads(x, index)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[2])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        return _gather_heads(grad, inverse), None, None
+
+
+def reorder(x, order, back: bool = False):
+    """``x`` ``(B, H, T, *rest)`` into each head's slot order (``order`` from :func:`slot_order`),
+    or back from it."""
+    there, inverse = (order[1], order[0]) if back else (order[0], order[1])
+    return _Reorder.apply(x, there, inverse)
+
+
 def _attend(q, k, v, key_ok, geometry, tiles, scale, order=None, pos_query=None, table=None, lse=True):
     """Band attention from tensors only: ``(out (B, H, T, D), lse (B, H, T))``, or ``(out,)``
     without ``lse`` (all compiled CPU FlexAttention can return).
 
     With ``order`` (:func:`slot_order`), every head is computed on its own slot order and
-    put back: a dilated head costs an undilated one's tiles plus four gathers.
+    put back: a dilated head costs an undilated one's tiles plus a gather of each input
+    and output (and the same in the backward, by the inverse order).
     """
     if order is not None:
-        q, k, v = (_gather_heads(x, order[0]) for x in (q, k, v))
+        q, k, v = (reorder(x, order) for x in (q, k, v))
         if pos_query is not None:
-            pos_query = _gather_heads(pos_query, order[0])
+            pos_query = reorder(pos_query, order)
     score_mod = None
     if pos_query is not None:
         bias = torch.einsum("bhid,hcd->bhic", pos_query, table.to(pos_query.dtype)) * scale
@@ -230,7 +259,7 @@ def _attend(q, k, v, key_ok, geometry, tiles, scale, order=None, pos_query=None,
     else:
         result = (flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale),)
     if order is not None:
-        result = tuple(_gather_heads(x, order[1]) for x in result)
+        result = tuple(reorder(x, order, back=True) for x in result)
     return result
 
 
