@@ -266,12 +266,14 @@ def test_led_extended_from_16384_to_32768_equals_hf_extended_alike(tokenizer, tm
     source = batch(theirs.config.vocab_size, [16500])
     previous = torch.cat([torch.full((1, 1), 2), batch(theirs.config.vocab_size, [6], seed=1)[:, :-1]], dim=1)
     with torch.no_grad():
-        expected = longer(
+        # HF's LED expands its mask to T x T in the model's dtype: in float32 here (1 GiB, not
+        # 2), against ours in float64; a wrong position row would be off by whole units.
+        expected = longer.float()(
             input_ids=source, attention_mask=torch.ones_like(source), global_attention_mask=(source == 0).long(),
             decoder_input_ids=previous,
-        ).logits  # fmt: skip
+        ).logits.double()  # fmt: skip
         got = ours(source, torch.tensor([source.shape[1]]), previous)[0]
-    torch.testing.assert_close(got, expected[..., :-1], **TOL)  # the translation task has no <mask> row
+    torch.testing.assert_close(got, expected[..., :-1], atol=1e-4, rtol=1e-5)  # the translation task has no <mask> row
 
 
 # ---------------------------------------------------------------- and back out
