@@ -5,10 +5,14 @@ themselves, as the hub serves them: for import-hf and the converters' HF sources
   licence texts where there are some);
 - :func:`train_tokenizer`: a RoBERTa-style byte-level BPE trained on it, saved by
   transformers (``tokenizer.json``); fairseq's specials first, ``<mask>`` last;
+- :func:`multilingual`: real text in five scripts, the translations in the system's gettext
+  catalogues; :func:`train_xlmr_tokenizer`: a SentencePiece model laid out as XLM-R's, saved
+  as the hub serves XLM-R's (``sentencepiece.bpe.model`` and transformers' ``tokenizer.json``);
 - :func:`save_model`: a transformers model, its weights moved well away from their
   initialisation, saved in one of the hub's weight formats with one of its tokenizer layouts.
 """
 
+import gettext
 import json
 import shutil
 from pathlib import Path
@@ -26,6 +30,52 @@ def english() -> list[str]:
     if licences.is_dir():
         paths += sorted(p for p in licences.iterdir() if p.is_file())[:12]
     return [p.read_text(encoding="utf-8", errors="ignore") for p in paths]
+
+
+SCRIPTS = {"Latin": ("fr", "de"), "Cyrillic": ("ru", "uk"), "CJK": ("ja", "zh_CN", "ko"), "Arabic": ("ar",),
+           "Devanagari": ("hi",)}  # fmt: skip
+CATALOGUES = Path("/usr/share/locale")
+
+
+def translations(locale: str, most: int) -> list[str]:
+    """Up to ``most`` non-empty translated strings of ``locale``'s catalogues, in file order."""
+    texts = []
+    for path in sorted((CATALOGUES / locale / "LC_MESSAGES").glob("*.mo")):
+        with path.open("rb") as f:
+            catalogue = gettext.GNUTranslations(f)._catalog
+        texts += [text for key, text in catalogue.items() if key and text.strip()]
+        if len(texts) >= most:
+            break
+    return texts[:most]
+
+
+def multilingual(per_locale: int = 600) -> dict[str, list[str]]:
+    """``{script: texts}``: real text nobody here wrote, in Latin, Cyrillic, CJK, Arabic
+    and Devanagari scripts (fails, naming the directory, where the catalogues are missing)."""
+    found = {}
+    for script, locales in SCRIPTS.items():
+        found[script] = [t for locale in locales for t in translations(locale, per_locale)]
+        assert len(found[script]) >= 100 * len(locales), f"{script}: few translations in {CATALOGUES}"
+    return found
+
+
+def train_xlmr_tokenizer(texts: list[str], out: Path, size: int = 3000) -> Path:
+    """A SentencePiece model trained on ``texts`` with XLM-R's layout (its own ``<unk> <s>
+    </s>`` first), saved into ``out`` as the hub serves XLM-R's: ``sentencepiece.bpe.model``,
+    and transformers' ``tokenizer.json`` made from it. Returns ``out``."""
+    import sentencepiece
+    from transformers import XLMRobertaTokenizer
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=str(out / "spm"), vocab_size=size, hard_vocab_limit=False,
+        character_coverage=0.9995, minloglevel=2,
+    )  # fmt: skip
+    (out / "spm.model").rename(out / "sentencepiece.bpe.model")
+    (out / "spm.vocab").unlink()
+    XLMRobertaTokenizer.from_pretrained(str(out)).save_pretrained(str(out))
+    return out
 
 
 def train_tokenizer(texts: list[str], out: Path, size: int = 600) -> Path:

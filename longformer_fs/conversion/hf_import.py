@@ -9,7 +9,8 @@ of one of four model types and lays it out as fairseq would have trained it:
   no task here has (multiple choice, token classification) is left out, and so is the
   pooler; the report names them;
 - ``led`` -> ``led``;
-- ``roberta`` and ``bart`` -> fairseq's own ``roberta`` and ``bart``, which is what
+- ``roberta`` (and ``xlm-roberta``, RoBERTa's architecture with XLM-R's SentencePiece
+  tokenizer) and ``bart`` -> fairseq's own ``roberta`` and ``bart``, which is what
   ``convert-roberta`` and ``convert-bart`` start from.
 
 The layouts differ in more than names in three places: HF's token-type embedding (one
@@ -38,11 +39,20 @@ from ..models.checkpoints import reserved_position_rows
 from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights
-from .hf_tokenizer import ByteLevelBPE, check_tokenizer, dictionary_lines, read_tokenizer, write_bpe_files
+from .hf_tokenizer import (
+    ByteLevelBPE,
+    SentencePieceVocab,
+    check_tokenizer,
+    dictionary_lines,
+    read_tokenizer,
+    write_prep_files,
+)
 from .output import staged_output
 from .source import NotConvertibleError, extend_positions, training_config
 
-ENCODERS = ("longformer", "roberta")
+ENCODERS = ("longformer", "roberta", "xlm-roberta")
+# Where a model type keeps its encoder's weights when it is not under its own name.
+WEIGHT_PREFIX = {"xlm-roberta": "roberta."}
 ENCODER_DECODERS = ("led", "bart")
 # HF's activation name -> fairseq's. HF's tanh-approximated GELUs are fairseq's gelu_accurate.
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "tanh": "tanh", "linear": "linear"}
@@ -79,7 +89,7 @@ class FairseqModel:
     weights: dict = field(repr=False)
     settings: dict
     head: str
-    tokenizer: ByteLevelBPE = field(repr=False)
+    tokenizer: ByteLevelBPE | SentencePieceVocab = field(repr=False)
     dictionary: list[str] = field(repr=False)
     left_out: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -217,7 +227,7 @@ class _Weights:
 # ---------------------------------------------------------------- encoders: Longformer, RoBERTa
 
 
-def _encoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE) -> FairseqModel:
+def _encoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE | SentencePieceVocab) -> FairseqModel:
     config, weights = _Config(directory.path, directory.config), _Weights(directory)
     kind = directory.model_type
     config.special_ids()
@@ -228,7 +238,7 @@ def _encoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE) -> FairseqMod
         config.expect(key, False, "an encoder-only model is expected", False)
     layers = int(config.require("num_hidden_layers"))
     hidden, heads = int(config.require("hidden_size")), int(config.require("num_attention_heads"))
-    prefix = weights.prefix((f"{kind}.", ""), hf_layout.WORD_EMBEDDINGS)
+    prefix = weights.prefix((WEIGHT_PREFIX.get(kind, f"{kind}."), ""), hf_layout.WORD_EMBEDDINGS)
     longformer = kind == "longformer"
 
     state = weights.map(hf_layout.bert_encoder(layers, prefix, global_projections=longformer))
@@ -356,7 +366,7 @@ def _fresh_lm_head(tokens: torch.Tensor) -> dict:
 # ---------------------------------------------------------------- encoder-decoders: LED, BART
 
 
-def _encoder_decoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE) -> FairseqModel:
+def _encoder_decoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE | SentencePieceVocab) -> FairseqModel:
     config, weights = _Config(directory.path, directory.config), _Weights(directory)
     kind = directory.model_type
     led = kind == "led"
@@ -466,6 +476,7 @@ def read_hf_model(path: Path, accept: tuple[str, ...], tokenizer: Path | None = 
     if kind not in accept:
         hint = {
             "roberta": "; a RoBERTa becomes a Longformer with `longformer-fs convert-roberta`",
+            "xlm-roberta": "; an XLM-R becomes a Longformer with `longformer-fs convert-roberta`",
             "bart": "; a BART becomes an LED with `longformer-fs convert-bart`",
             "longformer": "; `longformer-fs import-hf` takes it",
             "led": "; `longformer-fs import-hf` takes it",
@@ -546,14 +557,14 @@ def import_hf(hf_dir: Path, out_dir: Path, max_positions: int | None = None, tok
     with staged_output(out_dir) as staging:
         save_start_checkpoint({"cfg": cfg}, model.weights, staging / "model.pt")
         (staging / "dict.txt").write_text("".join(line + "\n" for line in model.dictionary), encoding="utf-8")
-        write_bpe_files(model.tokenizer, staging)
+        write_prep_files(model.tokenizer, staging)
         (staging / IMPORT_RECORD).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
 def read_hf_source(path: Path, accept: tuple[str, ...]):
     """An HF directory as the :class:`~.source.SourceCheckpoint` a converter starts from
-    (``convert-roberta`` takes ``roberta`` and ``longformer``, ``convert-bart`` ``bart``
+    (``convert-roberta`` takes ``roberta``, ``xlm-roberta`` and ``longformer``, ``convert-bart`` ``bart``
     and ``led``): the same weights and settings as the fairseq release of that model."""
     from .source import SourceCheckpoint
 

@@ -14,6 +14,12 @@ BPE that way, so the files written for a released RoBERTa, Longformer, BART or L
 GPT-2's own ``encoder.json`` and ``vocab.bpe`` and a ``dict.txt`` with RoBERTa's symbols,
 and the ids ``prep`` gives are HF's (``tests/conversion`` checks both on English text).
 
+XLM-R's family ships a SentencePiece model instead (``sentencepiece.bpe.model``, beside a
+Unigram ``tokenizer.json``): :class:`SentencePieceVocab`. Its ids are fairseq's
+``<s> <pad> </s> <unk>``, then the model's pieces after its own ``<unk> <s> </s>`` (model id
+= piece id + 1), then ``<mask>``; ``prep --spm`` reads the model file as it is, with the
+``dict.txt`` of those pieces, and gives HF's ids (``tests/data_prep/test_spm_multilingual.py``).
+
 The other direction, :func:`write_hf_tokenizer`, serves ``export-hf``.
 """
 
@@ -30,6 +36,8 @@ from .source import NotConvertibleError
 MASK = "<mask>"
 TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT = "tokenizer.json", "vocab.json", "merges.txt"
 ENCODER_JSON, VOCAB_BPE = "encoder.json", "vocab.bpe"
+SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"  # its name in XLM-R's releases, fairseq's and HF's
+SENTENCEPIECE_OWN = ("<unk>", "<s>", "</s>")  # ids 0 to 2 of XLM-R's SentencePiece model
 
 
 class TokenizerError(NotConvertibleError):
@@ -57,6 +65,55 @@ class ByteLevelBPE:
     def size(self) -> int:
         """Ids the tokenizer can give: its largest + 1."""
         return max(self.vocab.values()) + 1
+
+
+@dataclass
+class SentencePieceVocab:
+    """A SentencePiece model laid out as XLM-R's is.
+
+    Attributes:
+        model: the ``.model`` file.
+        symbols: its pieces after its own ``<unk> <s> </s>``, in id order: model ids
+            ``NUM_SPECIALS`` onwards, and ``dict.txt``'s lines.
+        files: where it was read from (for messages).
+    """
+
+    model: Path
+    symbols: list[str]
+    files: list[Path]
+
+    @property
+    def where(self) -> str:
+        return " and ".join(str(f) for f in self.files)
+
+    def size(self) -> int:
+        """Ids the tokenizer can give, ``<mask>`` included."""
+        return NUM_SPECIALS + len(self.symbols) + 1
+
+
+def _read_sentencepiece(directory: Path) -> SentencePieceVocab:
+    """``sentencepiece.bpe.model``, checked against a ``tokenizer.json`` beside it."""
+    import sentencepiece
+
+    path = directory / SENTENCEPIECE_MODEL
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as err:
+        raise TokenizerError(f"{path}: not a SentencePiece model ({str(err).splitlines()[0]})") from None
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    if tuple(pieces[:3]) != SENTENCEPIECE_OWN or any(processor.is_control(i) for i in range(3, len(pieces))):
+        raise TokenizerError(
+            f"{path}: pieces {pieces[:3]} first; XLM-R's layout, which fairseq's dictionary follows, has "
+            f"{' '.join(SENTENCEPIECE_OWN)} as ids 0 to 2 and no other control piece"
+        )
+    vocab = SentencePieceVocab(path, pieces[3:], [path])
+    if (directory / TOKENIZER_JSON).is_file():
+        model = _read_json(directory / TOKENIZER_JSON).get("model") or {}
+        listed = [entry[0] for entry in model.get("vocab") or []]
+        if model.get("type") != "Unigram" or listed[NUM_SPECIALS : NUM_SPECIALS + len(vocab.symbols)] != vocab.symbols:
+            raise TokenizerError(f"{directory / TOKENIZER_JSON} and {path} disagree; which is the model's tokenizer?")
+        vocab.files.append(directory / TOKENIZER_JSON)
+    return vocab
 
 
 def byte_characters() -> list[str]:
@@ -97,8 +154,16 @@ def _byte_level(pre_tokenizer: dict | None) -> dict | None:
 def _read_tokenizer_json(path: Path) -> ByteLevelBPE:
     data = _read_json(path)
     model = data.get("model") or {}
+    if model.get("type") == "Unigram":
+        raise TokenizerError(
+            f"{path}: a Unigram (SentencePiece) tokenizer without its {SENTENCEPIECE_MODEL}, which prep reads; "
+            f"give the directory that holds it (XLM-R's download does) with --tokenizer"
+        )
     if model.get("type") != "BPE":
-        raise TokenizerError(f"{path}: a {model.get('type')} tokenizer; RoBERTa-family models use a byte-level BPE")
+        raise TokenizerError(
+            f"{path}: a {model.get('type')} tokenizer; RoBERTa-family models use a byte-level BPE or XLM-R's "
+            "SentencePiece"
+        )
     byte_level = _byte_level(data.get("pre_tokenizer"))
     if byte_level is None:
         raise TokenizerError(f"{path}: its BPE is not byte-level (no ByteLevel pre-tokenizer), unlike RoBERTa's")
@@ -131,19 +196,22 @@ def _read_vocab_merges(directory: Path) -> ByteLevelBPE:
     return ByteLevelBPE(vocab, _merge_pairs(merges, merges_path), [vocab_path, merges_path])
 
 
-def read_tokenizer(directory: Path) -> ByteLevelBPE:
-    """The byte-level BPE of an HF directory: ``tokenizer.json``, else ``vocab.json`` +
-    ``merges.txt``; where both are there they must agree.
+def read_tokenizer(directory: Path) -> ByteLevelBPE | SentencePieceVocab:
+    """The tokenizer of an HF directory: XLM-R's ``sentencepiece.bpe.model`` where there is
+    one, else the byte-level BPE of ``tokenizer.json``, else of ``vocab.json`` +
+    ``merges.txt``; where two files are there they must agree.
 
     Raises:
-        TokenizerError: none of them, a file that is not a byte-level BPE, or two that disagree.
+        TokenizerError: none of them, a file that is neither kind, or two that disagree.
     """
     directory = Path(directory)
+    if (directory / SENTENCEPIECE_MODEL).is_file():
+        return _read_sentencepiece(directory)
     has_json = (directory / TOKENIZER_JSON).is_file()
     has_pair = (directory / VOCAB_JSON).is_file() and (directory / MERGES_TXT).is_file()
     if not has_json and not has_pair:
         raise TokenizerError(
-            f"{directory}: no tokenizer ({TOKENIZER_JSON}, or {VOCAB_JSON} and {MERGES_TXT}); "
+            f"{directory}: no tokenizer ({TOKENIZER_JSON}, {VOCAB_JSON} and {MERGES_TXT}, or {SENTENCEPIECE_MODEL}); "
             "give the model's tokenizer directory with --tokenizer"
         )
     tokenizer = _read_tokenizer_json(directory / TOKENIZER_JSON) if has_json else _read_vocab_merges(directory)
@@ -157,7 +225,7 @@ def read_tokenizer(directory: Path) -> ByteLevelBPE:
     return tokenizer
 
 
-def check_tokenizer(tokenizer: ByteLevelBPE, model_rows: int, mask: bool = True) -> None:
+def check_tokenizer(tokenizer: ByteLevelBPE | SentencePieceVocab, model_rows: int, mask: bool = True) -> None:
     """The tokenizer's ids must be the model's: fairseq's specials first, ``<mask>`` last
     (or, where ``mask`` is False, possibly absent: a BART trained for translation has no
     row for it), as many ids as the model has embedding rows, no id twice.
@@ -165,6 +233,13 @@ def check_tokenizer(tokenizer: ByteLevelBPE, model_rows: int, mask: bool = True)
     Raises:
         TokenizerError: naming the tokenizer file and what differs.
     """
+    if isinstance(tokenizer, SentencePieceVocab):  # its layout is XLM-R's by construction: only the count
+        if tokenizer.size() != model_rows:
+            raise TokenizerError(
+                f"{tokenizer.where}: {tokenizer.size()} token ids (fairseq's 4 specials, its pieces, <mask>) but "
+                f"the model has {model_rows} embedding rows (config.json vocab_size); is this the model's tokenizer?"
+            )
+        return
     vocab, where = tokenizer.vocab, tokenizer.where
     for index, symbol in enumerate(SPECIAL_SYMBOLS):
         if vocab.get(symbol) != index:
@@ -202,12 +277,16 @@ def gpt2_ids(tokenizer: ByteLevelBPE) -> dict[str, int]:
     return ids
 
 
-def dictionary_lines(tokenizer: ByteLevelBPE, model_rows: int) -> list[str]:
-    """The ``dict.txt`` lines that give the model's ids through :func:`gpt2_ids`: line ``r``
-    is the GPT-2 id of model id ``NUM_SPECIALS + r``, up to ``<mask>`` (which fairseq's
-    tasks append) or the last row where there is none. Ids no piece has (RoBERTa's three
-    padding rows) become ``madeupwordNNNN`` at the end, as in RoBERTa's own ``dict.txt``,
-    or an unused GPT-2 id before a piece."""
+def dictionary_lines(tokenizer: ByteLevelBPE | SentencePieceVocab, model_rows: int) -> list[str]:
+    """The ``dict.txt`` lines that give the model's ids.
+
+    A SentencePiece model's are its pieces (:attr:`SentencePieceVocab.symbols`). A BPE's go
+    through :func:`gpt2_ids`: line ``r`` is the GPT-2 id of model id ``NUM_SPECIALS + r``,
+    up to ``<mask>`` (which fairseq's tasks append) or the last row where there is none.
+    Ids no piece has (RoBERTa's three padding rows) become ``madeupwordNNNN`` at the end,
+    as in RoBERTa's own ``dict.txt``, or an unused GPT-2 id before a piece."""
+    if isinstance(tokenizer, SentencePieceVocab):
+        return [f"{symbol} 1" for symbol in tokenizer.symbols]
     ids = gpt2_ids(tokenizer)
     piece_of = {index: piece for piece, index in tokenizer.vocab.items() if piece in ids}
     last_piece = max(piece_of)
@@ -224,9 +303,13 @@ def dictionary_lines(tokenizer: ByteLevelBPE, model_rows: int) -> list[str]:
     return lines
 
 
-def write_bpe_files(tokenizer: ByteLevelBPE, out_dir: Path) -> list[Path]:
-    """``encoder.json`` and ``vocab.bpe`` (GPT-2's numbering) in ``out_dir``; the paths."""
+def write_prep_files(tokenizer: ByteLevelBPE | SentencePieceVocab, out_dir: Path) -> list[Path]:
+    """The tokenizer as ``prep`` takes it, in ``out_dir``: ``encoder.json`` and ``vocab.bpe``
+    (GPT-2's numbering) for a BPE, ``sentencepiece.bpe.model`` for SentencePiece; the paths."""
     out_dir = Path(out_dir)
+    if isinstance(tokenizer, SentencePieceVocab):
+        shutil.copyfile(tokenizer.model, out_dir / SENTENCEPIECE_MODEL)
+        return [out_dir / SENTENCEPIECE_MODEL]
     encoder = dict(sorted(gpt2_ids(tokenizer).items(), key=lambda item: item[1]))
     (out_dir / ENCODER_JSON).write_text(json.dumps(encoder, ensure_ascii=False), encoding="utf-8")
     merges = "".join(f"{left} {right}\n" for left, right in tokenizer.merges)

@@ -89,7 +89,7 @@ def convert_roberta(
 ) -> dict:
     """Convert ``src`` (a ``model.pt``, or a directory holding it and ``dict.txt``) into
     ``out_dir/model.pt`` + ``out_dir/dict.txt``. Returns a report of what changed."""
-    source = read_source(src, hf_types=("roberta", "longformer"))
+    source = read_source(src, hf_types=("roberta", "xlm-roberta", "longformer"))
     model_cfg, weights, source_model = source.model_cfg, source.weights, source.name
     layers = check_roberta_like(weights, source_model)
     layer_values(window, layers, "window")  # a bad per-layer list fails here, not at training time

@@ -34,9 +34,9 @@ class SourceCheckpoint:
         state: the whole checkpoint (``cfg`` or ``args``, and ``model``, the weights).
         model_cfg: its model settings, an ``argparse.Namespace`` (pre-Hydra) or a DictConfig.
         name: the model or architecture it was trained as.
-        tokenizer: for an HF directory, its byte-level BPE
-            (:class:`~longformer_fs.conversion.hf_tokenizer.ByteLevelBPE`), which the
-            conversion writes as ``prep``'s files; fairseq releases ship GPT-2's separately.
+        tokenizer: for an HF directory, its byte-level BPE or SentencePiece model
+            (:mod:`~longformer_fs.conversion.hf_tokenizer`), which the conversion writes
+            as ``prep``'s files; fairseq releases ship GPT-2's separately.
     """
 
     path: Path
@@ -55,10 +55,10 @@ def write_converted(
     source: SourceCheckpoint, weights: dict, out_dir: Path, dictionary: list[str], **task_settings
 ) -> Path:
     """Write a converted checkpoint: ``out_dir/model.pt`` (fairseq-train starts from it),
-    ``out_dir/dict.txt`` and, for an HF source, ``encoder.json`` and ``vocab.bpe``;
+    ``out_dir/dict.txt`` and, for an HF source, its tokenizer as ``prep`` takes it;
     ``task_settings`` go into the task config it was trained with, where it has one.
     All or nothing (:func:`~.output.staged_output`). Returns the path of model.pt."""
-    from .hf_tokenizer import write_bpe_files
+    from .hf_tokenizer import write_prep_files
 
     cfg = source.state.get("cfg")
     if cfg is not None and cfg.get("task") is not None:
@@ -67,7 +67,7 @@ def write_converted(
         save_start_checkpoint(source.state, weights, staging / "model.pt")
         (staging / "dict.txt").write_text("".join(line + "\n" for line in dictionary), encoding="utf-8")
         if source.tokenizer is not None:
-            write_bpe_files(source.tokenizer, staging)
+            write_prep_files(source.tokenizer, staging)
     return Path(out_dir) / "model.pt"
 
 

@@ -1,0 +1,110 @@
+"""Long models in other languages, from HF's layout: XLM-R made long by convert-roberta, and
+a Longformer with XLM-R's SentencePiece tokenizer (how the community's multilingual long
+checkpoints are laid out) brought in by import-hf.
+
+The directories are built by transformers itself, with a SentencePiece model trained on
+real text in five scripts (tests/hf_models.py). The oracles are HF's models, in float64,
+and HF's tokenizer for the ids that ``prep --spm`` gives with the files the command wrote.
+"""
+
+import shutil
+
+import pytest
+import torch
+from helpers import fails, ok
+from hf_models import multilingual, scaled, train_xlmr_tokenizer
+
+from longformer_fs.evaluation.checkpoint import load_model
+from longformer_fs.tokenization import SubwordSpec
+
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, layer_norm_eps=1e-5,
+             type_vocab_size=1)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def xlmr(tmp_path_factory):
+    """An XLM-R tokenizer directory and the text it was trained on, ``{script: texts}``."""
+    texts = multilingual(300)
+    tokenizer = train_xlmr_tokenizer([t for ts in texts.values() for t in ts], tmp_path_factory.mktemp("xlmr"), 1500)
+    return tokenizer, texts
+
+
+def save_with_tokenizer(model, tokenizer, out):
+    """``model`` saved as the hub serves it, with XLM-R's tokenizer files."""
+    model.save_pretrained(out)
+    for path in tokenizer.iterdir():
+        shutil.copyfile(path, out / path.name)
+    return out
+
+
+def hf_batch(tokenizer, texts, longest=None):
+    """Rows ``<s> text </s>`` as HF's tokenizer makes them, right-padded."""
+    from transformers import XLMRobertaTokenizer
+
+    theirs = XLMRobertaTokenizer.from_pretrained(str(tokenizer))
+    rows = [theirs(t, truncation=longest is not None, max_length=longest)["input_ids"] for t in texts]
+    tokens = torch.full((len(rows), max(map(len, rows))), theirs.pad_token_id)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row)
+    return tokens
+
+
+def prep_ids_equal_hf(out, tokenizer, texts):
+    """The files the command wrote give HF's ids through prep's SentencePiece path."""
+    from transformers import XLMRobertaTokenizer
+
+    assert (out / "sentencepiece.bpe.model").read_bytes() == (tokenizer / "sentencepiece.bpe.model").read_bytes()
+    encoder = SubwordSpec.spm(out / "sentencepiece.bpe.model", out / "dict.txt").load()
+    ours = [ids.tolist() for ids, _ in encoder.encode_with_offsets(texts)]
+    assert ours == XLMRobertaTokenizer.from_pretrained(str(tokenizer))(texts, add_special_tokens=False)["input_ids"]
+
+
+def test_convert_roberta_makes_xlmr_long(xlmr, tmp_path):
+    """With a window as wide as the input, the long model computes XLM-R's function."""
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    tokenizer, texts = xlmr
+    vocab = len(SubwordSpec.spm(tokenizer / "sentencepiece.bpe.model").load().symbols) + 5
+    theirs = scaled(XLMRobertaForMaskedLM(XLMRobertaConfig(vocab_size=vocab, max_position_embeddings=130, **SIZES)))
+    hf = save_with_tokenizer(theirs, tokenizer, tmp_path / "xlm-roberta")
+    ok("convert-roberta", hf, "--out", tmp_path / "long", "--max-positions", "512", "--window", "128")
+    ours, _ = load_model(tmp_path / "long" / "model.pt", tmp_path / "long")
+    samples = [" ".join(ts[5:25]) for ts in texts.values()]  # every script, up to 128 tokens
+    tokens = hf_batch(tokenizer, samples, longest=128)
+    with torch.no_grad():
+        expected = theirs.double()(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
+        got = ours.double()(tokens)[0]
+    real = tokens != 1
+    torch.testing.assert_close(got[real], expected[real], **TOL)
+    assert expected.abs().max() > 10  # far from a fresh model's near-zero logits
+    prep_ids_equal_hf(tmp_path / "long", tokenizer, samples)
+
+
+def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
+    """A window of 32 a side on 600 tokens of real text, and the tokenizer as prep takes it;
+    a Unigram tokenizer.json without its SentencePiece model is refused in one line."""
+    from transformers import LongformerConfig, LongformerForMaskedLM
+
+    tokenizer, texts = xlmr
+    vocab = len(SubwordSpec.spm(tokenizer / "sentencepiece.bpe.model").load().symbols) + 5
+    config = LongformerConfig(vocab_size=vocab, attention_window=64, max_position_embeddings=1026, **SIZES)
+    theirs = scaled(LongformerForMaskedLM(config))
+    hf = save_with_tokenizer(theirs, tokenizer, tmp_path / "longformer-xlmr")
+    ok("import-hf", hf, "--out", tmp_path / "out")
+    ours, _ = load_model(tmp_path / "out" / "model.pt", tmp_path / "out")
+    samples = [" ".join(ts) for ts in texts.values()][:2]
+    tokens = hf_batch(tokenizer, samples, longest=600)
+    assert tokens.shape[1] == 600
+    with torch.no_grad():
+        expected = theirs.double()(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
+        got = ours.double()(tokens)[0]
+    real = tokens != 1
+    # HF's type row is folded into the positions in float32 (test_import_hf.py): over two
+    # million logits, a few end up 1e-5 off.
+    torch.testing.assert_close(got[real], expected[real], atol=5e-5, rtol=1e-5)
+    prep_ids_equal_hf(tmp_path / "out", tokenizer, samples)
+
+    (hf / "sentencepiece.bpe.model").unlink()
+    error = fails("import-hf", hf, "--out", tmp_path / "again")
+    assert "Unigram" in error and "--tokenizer" in error and not (tmp_path / "again").exists()
