@@ -44,6 +44,9 @@ import numpy as np
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 NUM_SPECIALS = len(SPECIAL_SYMBOLS)
+# XLM-R's SentencePiece model, under its name in fairseq's and HF's releases; our converters
+# write it beside model.pt under the same name.
+SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 
 
 # A character corpus's dictionary (``prep text8``/``enwik8``) lists each byte seen as this symbol.

@@ -30,13 +30,20 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conventions import NUM_SPECIALS, SPECIAL_SYMBOLS, UNK, dictionary_lookup, dictionary_size, vocab_size
+from ..conventions import (
+    NUM_SPECIALS,
+    SENTENCEPIECE_MODEL,
+    SPECIAL_SYMBOLS,
+    UNK,
+    dictionary_lookup,
+    dictionary_size,
+    vocab_size,
+)
 from .source import NotConvertibleError
 
 MASK = "<mask>"
 TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT = "tokenizer.json", "vocab.json", "merges.txt"
 ENCODER_JSON, VOCAB_BPE = "encoder.json", "vocab.bpe"
-SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"  # its name in XLM-R's releases, fairseq's and HF's
 SENTENCEPIECE_OWN = ("<unk>", "<s>", "</s>")  # ids 0 to 2 of XLM-R's SentencePiece model
 
 
@@ -319,15 +326,30 @@ def write_prep_files(tokenizer: ByteLevelBPE | SentencePieceVocab, out_dir: Path
 
 def write_hf_tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
     """Save an HF tokenizer for the model's ids into ``out_dir``: from an HF tokenizer
-    directory as it is, or from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through
-    fairseq's ``dict.txt`` (the mapping ``prep`` uses). Returns which it was.
+    directory as it is, from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through
+    fairseq's ``dict.txt`` (the mapping ``prep`` uses), or from XLM-R's
+    ``sentencepiece.bpe.model`` whose pieces ``dict.txt`` lists in order (what
+    ``convert-roberta`` and ``import-hf`` write). Returns which it was.
 
     Raises:
-        TokenizerError: ``dict.txt`` lacks pieces of the BPE, or ``source`` holds neither kind.
+        TokenizerError: ``dict.txt`` lacks pieces of the BPE, lists other pieces than the
+            SentencePiece model's, or ``source`` holds no kind of tokenizer.
     """
-    from transformers import AutoTokenizer, RobertaTokenizer
+    from transformers import AutoTokenizer, RobertaTokenizer, XLMRobertaTokenizer
 
     source, out_dir = Path(source), Path(out_dir)
+    if (source / SENTENCEPIECE_MODEL).is_file() and not (source / "tokenizer_config.json").is_file():
+        vocab = _read_sentencepiece(source)
+        listed = [line.rsplit(" ", 1)[0] for line in Path(dict_path).read_text(encoding="utf-8").splitlines()]
+        if listed != vocab.symbols:
+            extra = [s for s in listed if s not in set(vocab.symbols)]
+            raise TokenizerError(
+                f"--dict: {dict_path} does not list {vocab.model}'s pieces in its order"
+                + (f" (it adds {extra[:4]})" if extra else "")
+                + "; an HF XLM-R tokenizer gives those ids only"
+            )
+        XLMRobertaTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
+        return "sentencepiece+dict.txt"
     if (source / ENCODER_JSON).is_file() and (source / VOCAB_BPE).is_file():
         gpt2 = {int(i): tok for tok, i in _read_json(source / ENCODER_JSON).items()}
         model_id = dictionary_lookup(dict_path, vocab_size(source / ENCODER_JSON))

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint_files import config_set, model_config, model_name, read_checkpoint, save_start_checkpoint
+from ..conventions import SENTENCEPIECE_MODEL
 from ..models.checkpoints import reserved_position_rows
 from .output import staged_output
 
@@ -36,7 +37,8 @@ class SourceCheckpoint:
         name: the model or architecture it was trained as.
         tokenizer: for an HF directory, its byte-level BPE or SentencePiece model
             (:mod:`~longformer_fs.conversion.hf_tokenizer`), which the conversion writes
-            as ``prep``'s files; fairseq releases ship GPT-2's separately.
+            as ``prep``'s files; fairseq's RoBERTa ships GPT-2's separately, its XLM-R
+            a SentencePiece model beside ``model.pt``.
     """
 
     path: Path
@@ -93,7 +95,12 @@ def read_source(src: Path, hf_types: tuple[str, ...] = ()) -> SourceCheckpoint:
     state = read_checkpoint(ckpt)
     model_cfg = model_config(state)
     lines = dictionary.read_text(encoding="utf-8").splitlines()
-    return SourceCheckpoint(ckpt, lines, state, model_cfg, model_name(model_cfg))
+    tokenizer = None
+    if (ckpt.parent / SENTENCEPIECE_MODEL).is_file():  # XLM-R's release: its tokenizer goes along
+        from .hf_tokenizer import read_tokenizer
+
+        tokenizer = read_tokenizer(ckpt.parent)
+    return SourceCheckpoint(ckpt, lines, state, model_cfg, model_name(model_cfg), tokenizer)
 
 
 def training_config(arguments: list[str], settings: dict):

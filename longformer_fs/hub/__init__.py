@@ -22,11 +22,9 @@ import json
 from pathlib import Path
 
 from ..checkpoint_files import config_get, find_dictionary, model_config, model_name, read_checkpoint
-from ..conventions import MANIFEST
+from ..conventions import MANIFEST, SENTENCEPIECE_MODEL
 from ..evaluation.checkpoint import dictionary_data, load_model
 from ..tokenization import SubwordEncoder, SubwordSpec
-
-SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"  # fairseq's name for it in XLM-R's release
 
 
 def from_pretrained(

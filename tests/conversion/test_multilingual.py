@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import fails, ok
+from helpers import fails, ok, pretrain_roberta
 from hf_models import multilingual, scaled, train_xlmr_tokenizer
 
 from longformer_fs.evaluation.checkpoint import load_model
@@ -60,9 +60,17 @@ def prep_ids_equal_hf(out, tokenizer, texts):
     assert ours == XLMRobertaTokenizer.from_pretrained(str(tokenizer))(texts, add_special_tokens=False)["input_ids"]
 
 
-def test_convert_roberta_makes_xlmr_long(xlmr, tmp_path):
-    """With a window as wide as the input, the long model computes XLM-R's function."""
-    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+def test_convert_roberta_makes_xlmr_long_and_export_hf_brings_it_back(xlmr, tmp_path):
+    """With a window as wide as the input, the long model computes XLM-R's function; its
+    export is a Longformer with XLM-R's tokenizer, as AutoModel and AutoTokenizer load it."""
+    from transformers import (
+        AutoModelForMaskedLM,
+        AutoTokenizer,
+        LongformerForMaskedLM,
+        XLMRobertaConfig,
+        XLMRobertaForMaskedLM,
+        XLMRobertaTokenizer,
+    )
 
     tokenizer, texts = xlmr
     vocab = len(SubwordSpec.spm(tokenizer / "sentencepiece.bpe.model").load().symbols) + 5
@@ -79,6 +87,18 @@ def test_convert_roberta_makes_xlmr_long(xlmr, tmp_path):
     torch.testing.assert_close(got[real], expected[real], **TOL)
     assert expected.abs().max() > 10  # far from a fresh model's near-zero logits
     prep_ids_equal_hf(tmp_path / "long", tokenizer, samples)
+
+    # And back out: a directory that AutoTokenizer and AutoModel load, with our ids and logits.
+    long = tmp_path / "long"
+    ok("export-hf", long / "model.pt", "--out", tmp_path / "hf-long", "--tokenizer", long)
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "hf-long"))
+    assert isinstance(exported, XLMRobertaTokenizer)
+    assert exported(samples)["input_ids"] == XLMRobertaTokenizer.from_pretrained(str(tokenizer))(samples)["input_ids"]
+    back = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf-long").double().eval()
+    assert isinstance(back, LongformerForMaskedLM)
+    with torch.no_grad():
+        again = back(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
+    torch.testing.assert_close(again[real], got[real], **TOL)
 
 
 def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
@@ -108,3 +128,37 @@ def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
     (hf / "sentencepiece.bpe.model").unlink()
     error = fails("import-hf", hf, "--out", tmp_path / "again")
     assert "Unigram" in error and "--tokenizer" in error and not (tmp_path / "again").exists()
+
+
+def test_convert_roberta_takes_fairseqs_xlmr_layout(xlmr, tmp_path):
+    """fairseq's XLM-R release is ``model.pt``, ``dict.txt`` and ``sentencepiece.bpe.model``:
+    here a tiny RoBERTa that fairseq-train itself trained on text ``prep --spm`` prepared.
+    The long model equals fairseq's own RoBERTa with a window as wide as the input, and
+    the tokenizer goes along."""
+    from fairseq import checkpoint_utils
+
+    tokenizer, texts = xlmr
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for script, ts in texts.items():
+        for i in range(0, 60, 15):
+            (corpus / f"{script}{i}.txt").write_text("\n".join(ts[i : i + 15]) + "\n", encoding="utf-8")
+    ok("prep", "docs", "--out", tmp_path / "bin", "--spm", tokenizer / "sentencepiece.bpe.model",
+       "--source", f"catalogues=txt:{corpus}", "--valid-fraction", "0.1", "--test-fraction", "0")  # fmt: skip
+    release = pretrain_roberta(tmp_path / "bin", tmp_path / "bin" / "dict.txt", tmp_path / "xlmr.base", updates=2)
+    shutil.copyfile(tokenizer / "sentencepiece.bpe.model", release / "sentencepiece.bpe.model")
+
+    ok("convert-roberta", release, "--out", tmp_path / "long", "--max-positions", "512", "--window", "128")
+    assert (tmp_path / "long" / "dict.txt").read_bytes() == (release / "dict.txt").read_bytes()
+    prep_ids_equal_hf(tmp_path / "long", tokenizer, [" ".join(ts[:3]) for ts in texts.values()])
+    ours, _ = load_model(tmp_path / "long" / "model.pt", tmp_path / "long")
+    (theirs,), _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(release / "model.pt")], arg_overrides={"data": str(release)}
+    )
+    theirs = theirs.double().eval()
+    tokens = hf_batch(tokenizer, [" ".join(ts[30:45]) for ts in texts.values()], longest=126)
+    with torch.no_grad():
+        expected = theirs(tokens)[0]
+        got = ours.double()(tokens)[0]
+    real = tokens != 1
+    torch.testing.assert_close(got[real], expected[real], **TOL)
