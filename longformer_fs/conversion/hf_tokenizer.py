@@ -98,8 +98,13 @@ class SentencePieceVocab:
         return NUM_SPECIALS + len(self.symbols) + 1
 
 
-def _read_sentencepiece(directory: Path) -> SentencePieceVocab:
-    """``sentencepiece.bpe.model``, checked against a ``tokenizer.json`` beside it."""
+def read_sentencepiece(directory: Path, xlmr_ids: bool = True) -> SentencePieceVocab:
+    """``sentencepiece.bpe.model``, checked against a ``tokenizer.json`` beside it.
+
+    Args:
+        xlmr_ids: the model's ids are to follow from the pieces, as in XLM-R's layout
+            (checked). False for a fairseq release, whose ``dict.txt`` gives its ids.
+    """
     import sentencepiece
 
     path = directory / SENTENCEPIECE_MODEL
@@ -108,6 +113,9 @@ def _read_sentencepiece(directory: Path) -> SentencePieceVocab:
     except (OSError, RuntimeError) as err:
         raise TokenizerError(f"{path}: not a SentencePiece model ({str(err).splitlines()[0]})") from None
     pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    if not xlmr_ids:  # its pieces as prep lists them when given no dict.txt
+        own = {i for i in range(len(pieces)) if processor.is_control(i) or processor.is_unknown(i)}
+        return SentencePieceVocab(path, [p for i, p in enumerate(pieces) if i not in own], [path])
     if tuple(pieces[:3]) != SENTENCEPIECE_OWN or any(processor.is_control(i) for i in range(3, len(pieces))):
         raise TokenizerError(
             f"{path}: pieces {pieces[:3]} first; XLM-R's layout, which fairseq's dictionary follows, has "
@@ -213,7 +221,7 @@ def read_tokenizer(directory: Path) -> ByteLevelBPE | SentencePieceVocab:
     """
     directory = Path(directory)
     if (directory / SENTENCEPIECE_MODEL).is_file():
-        return _read_sentencepiece(directory)
+        return read_sentencepiece(directory)
     has_json = (directory / TOKENIZER_JSON).is_file()
     has_pair = (directory / VOCAB_JSON).is_file() and (directory / MERGES_TXT).is_file()
     if not has_json and not has_pair:
@@ -339,7 +347,7 @@ def write_hf_tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
 
     source, out_dir = Path(source), Path(out_dir)
     if (source / SENTENCEPIECE_MODEL).is_file() and not (source / "tokenizer_config.json").is_file():
-        vocab = _read_sentencepiece(source)
+        vocab = read_sentencepiece(source)
         listed = [line.rsplit(" ", 1)[0] for line in Path(dict_path).read_text(encoding="utf-8").splitlines()]
         if listed != vocab.symbols:
             extra = [s for s in listed if s not in set(vocab.symbols)]

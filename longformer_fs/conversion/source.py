@@ -97,9 +97,9 @@ def read_source(src: Path, hf_types: tuple[str, ...] = ()) -> SourceCheckpoint:
     lines = dictionary.read_text(encoding="utf-8").splitlines()
     tokenizer = None
     if (ckpt.parent / SENTENCEPIECE_MODEL).is_file():  # XLM-R's release: its tokenizer goes along
-        from .hf_tokenizer import read_tokenizer
+        from .hf_tokenizer import read_sentencepiece
 
-        tokenizer = read_tokenizer(ckpt.parent)
+        tokenizer = read_sentencepiece(ckpt.parent, xlmr_ids=False)  # dict.txt gives the ids
     return SourceCheckpoint(ckpt, lines, state, model_cfg, model_name(model_cfg), tokenizer)
 
 
