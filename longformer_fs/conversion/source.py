@@ -57,7 +57,8 @@ def write_converted(
     source: SourceCheckpoint, weights: dict, out_dir: Path, dictionary: list[str], **task_settings
 ) -> Path:
     """Write a converted checkpoint: ``out_dir/model.pt`` (fairseq-train starts from it),
-    ``out_dir/dict.txt`` and, for an HF source, its tokenizer as ``prep`` takes it;
+    ``out_dir/dict.txt`` and, where the source brings one (an HF directory, XLM-R's
+    release), its tokenizer as ``prep`` takes it;
     ``task_settings`` go into the task config it was trained with, where it has one.
     All or nothing (:func:`~.output.staged_output`). Returns the path of model.pt."""
     from .hf_tokenizer import write_prep_files
