@@ -9,35 +9,14 @@ import json
 
 import pytest
 from helpers import TINY_ROBERTA, USER_DIR, fails, ok
+from releases import HOTPOT_FULLWIKI
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.evaluation.hotpotqa_metrics import hotpotqa_scores
 
-# hotpot_dev_fullwiki_v1.json's layout: record 0's retrieved paragraphs miss one gold
-# title, record 1 has no paragraph.
-DEV_FULLWIKI = [
-    {
-        "_id": "5a8b57f25542995d1e6f1371",
-        "question": "Were Scott Derrickson and Ed Wood of the same nationality?",
-        "answer": "yes",
-        "type": "comparison",
-        "level": "hard",
-        "context": [
-            ["Scott Derrickson", ["Scott Derrickson is an American director.", " He lives in Los Angeles."]],
-            ["Woodson, Arkansas", ["Woodson is a census-designated place."]],
-        ],
-        "supporting_facts": [["Scott Derrickson", 0], ["Ed Wood", 0]],
-    },
-    {
-        "_id": "5a85ea095542994775f606a8",
-        "question": "What science fantasy young adult series has companion books about enslaved worlds?",
-        "answer": "Animorphs",
-        "type": "bridge",
-        "level": "hard",
-        "context": [],
-        "supporting_facts": [["The Hork-Bajir Chronicles", 0], ["Animorphs", 0]],
-    },
-]
+# hotpot_dev_fullwiki_v1.json's layout (tests/releases.py): record 0's retrieved paragraphs
+# miss one gold title, record 1 has no paragraph.
+DEV_FULLWIKI = [HOTPOT_FULLWIKI[0], HOTPOT_FULLWIKI[2]]
 # hotpot_test_fullwiki_v1.json's layout: "_id", "question", "context" only.
 TEST_FULLWIKI = [
     {

@@ -26,6 +26,21 @@ def summaries(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def summarization_journey(tmp_path, name: str, models: dict, sizes: dict) -> tuple[Workspace, dict]:
+    """Journey ``name`` in a checkout holding ``models`` (``{directory: source}``), the arXiv
+    files as released and the papers to summarize; two updates on ``sizes``, short summaries."""
+    workspace = Workspace(tmp_path / "checkout")
+    for directory, source in models.items():
+        (workspace.root / directory).symlink_to(source)
+    write_arxiv_release(workspace.root)
+    write_papers(workspace)
+    logs = Journey(name, {
+        "make summarize-arxiv": f'{hydra_args(sizes)} SUMMARIZE_ARGS="{SHORT}"',
+        "longformer-fs summarize": SHORT,
+    }).run(workspace)  # fmt: skip
+    return workspace, logs
+
+
 def write_papers(workspace: Workspace) -> None:
     for name in ("paper.pdf", "paper1.pdf"):
         write_paper_pdf(workspace.path(name), "Long Attention", ARXIV_SENTENCES[:2], ARXIV_SENTENCES * 2)
@@ -36,15 +51,8 @@ def write_papers(workspace: Workspace) -> None:
 def test_led_from_the_released_model(led_hub, bart_hub, tmp_path):
     from transformers import LEDForConditionalGeneration
 
-    workspace = Workspace(tmp_path / "checkout")
-    for name, source in (("led-large-16384", led_hub), ("bart-large", bart_hub)):
-        (workspace.root / name).symlink_to(source)
-    write_arxiv_release(workspace.root)
-    write_papers(workspace)
-    logs = Journey("led-released", {
-        "make summarize-arxiv": f'{hydra_args(LED_SIZES)} SUMMARIZE_ARGS="{SHORT}"',
-        "longformer-fs summarize": SHORT,
-    }).run(workspace)  # fmt: skip
+    models = {"led-large-16384": led_hub, "bart-large": bart_hub}
+    workspace, logs = summarization_journey(tmp_path, "led-released", models, LED_SIZES)
     make = next(log for step, log in logs.items() if step.startswith("make summarize-arxiv"))
     assert "recipe led_large_16k trains in float32 (common.fp16=false)" in make and "ROUGE (test" in make
     longer = json.loads(workspace.path("ckpt/led-large-32k/import-hf.json").read_text())
@@ -54,15 +62,8 @@ def test_led_from_the_released_model(led_hub, bart_hub, tmp_path):
 
 
 def test_led_from_bart(bart_base, gpt2, tmp_path):
-    workspace = Workspace(tmp_path / "checkout")
-    (workspace.root / "bart.large").symlink_to(bart_base)
-    (workspace.root / "gpt2").symlink_to(gpt2)
-    write_arxiv_release(workspace.root)
-    write_papers(workspace)
-    logs = Journey("led-bart", {
-        "make summarize-arxiv": f'{hydra_args(BART_SIZES)} SUMMARIZE_ARGS="{SHORT}"',
-        "longformer-fs summarize": SHORT,
-    }).run(workspace)  # fmt: skip
+    models = {"bart.large": bart_base, "gpt2": gpt2}
+    workspace, logs = summarization_journey(tmp_path, "led-bart", models, BART_SIZES)
     written = summaries(workspace.path("summaries.jsonl"))
     assert [s["id"] for s in written] == ["paper1.pdf", "notes.txt", "doc-1"]
     rouge = next(log for step, log in logs.items() if step.startswith("longformer-fs rouge"))
