@@ -35,10 +35,12 @@ from ..conventions import (
     SENTENCEPIECE_MODEL,
     SPECIAL_SYMBOLS,
     UNK,
+    BpeError,
     dictionary_lookup,
     dictionary_size,
     vocab_size,
 )
+from ..tokenization import SentencePieceEncoder
 from .source import NotConvertibleError
 
 MASK = "<mask>"
@@ -105,18 +107,15 @@ def read_sentencepiece(directory: Path, xlmr_ids: bool = True) -> SentencePieceV
         xlmr_ids: the model's ids are to follow from the pieces, as in XLM-R's layout
             (checked). False for a fairseq release, whose ``dict.txt`` gives its ids.
     """
-    import sentencepiece
-
     path = directory / SENTENCEPIECE_MODEL
     try:
-        processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as err:
-        raise TokenizerError(f"{path}: not a SentencePiece model ({str(err).splitlines()[0]})") from None
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-    if not xlmr_ids:  # its pieces as prep lists them when given no dict.txt
-        own = {i for i in range(len(pieces)) if processor.is_control(i) or processor.is_unknown(i)}
-        return SentencePieceVocab(path, [p for i, p in enumerate(pieces) if i not in own], [path])
-    if tuple(pieces[:3]) != SENTENCEPIECE_OWN or any(processor.is_control(i) for i in range(3, len(pieces))):
+        encoder = SentencePieceEncoder(path)  # its symbols are what prep lists without a dict.txt
+    except BpeError as err:
+        raise TokenizerError(str(err).removeprefix("--spm: ")) from None
+    if not xlmr_ids:
+        return SentencePieceVocab(path, encoder.symbols, [path])
+    pieces = [encoder.processor.id_to_piece(i) for i in range(encoder.processor.get_piece_size())]
+    if tuple(pieces[:3]) != SENTENCEPIECE_OWN or encoder.symbols != pieces[3:]:
         raise TokenizerError(
             f"{path}: pieces {pieces[:3]} first; XLM-R's layout, which fairseq's dictionary follows, has "
             f"{' '.join(SENTENCEPIECE_OWN)} as ids 0 to 2 and no other control piece"

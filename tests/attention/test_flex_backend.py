@@ -129,7 +129,7 @@ def test_compiled_cpu_flex_with_our_block_mask():
     for window, dilations, causal, pad in cases:
         spec = BandSpec(window, dilations, causal, 16**-0.5)
         if pad is None:  # head 0 has d = 2
-            assert band_block_mask(seq_len, spec, None, q.device).full_kv_num_blocks[0, 0].sum() > 0
+            assert band_block_mask(q, None, spec).full_kv_num_blocks[0, 0].sum() > 0
         with torch.no_grad():
             out = forward(q, k, v, *call_inputs(q, pad, spec), spec.scale)
         want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), window, dilations, causal, pad)

@@ -180,18 +180,12 @@ def _band_block_mask(key_ok, geometry, tiles, seq_len, positions=None) -> BlockM
     return BlockMask.from_kv_blocks(*tiles, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(seq_len, seq_len))
 
 
-def band_block_mask(seq_len: int, spec: BandSpec, key_ok: torch.Tensor | None, device: torch.device) -> BlockMask:
-    """The ``BlockMask`` of a call as the backend builds it; ``key_ok`` ``(B, T)`` bool or None.
-
-    Its indices are slots of each head's :func:`slot_order` (positions when no head is dilated).
-    """
-    padded = key_ok is not None
-    if not padded:
-        key_ok = torch.ones(1, seq_len, dtype=torch.bool, device=device)
-    geometry = band_geometry(spec.window, spec.dilations, spec.causal, str(device))
-    tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, padded, str(device))
-    order = slot_order(seq_len, spec.dilations, str(device))
-    return _band_block_mask(key_ok, geometry, tiles, seq_len, None if order is None else order[0])
+def band_block_mask(q: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec) -> BlockMask:
+    """The ``BlockMask`` the backend builds for a call on ``q`` ``(B, H, T, D)``, from the
+    same inputs (:func:`call_inputs`). Its indices are slots of each head's
+    :func:`slot_order` (positions when no head is dilated)."""
+    key_ok, geometry, tiles, order = call_inputs(q, key_mask, spec)
+    return _band_block_mask(key_ok, geometry, tiles, q.shape[2], None if order is None else order[0])
 
 
 def _gather_heads(x, index):
