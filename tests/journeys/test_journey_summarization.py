@@ -26,19 +26,20 @@ def summaries(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def summarization_journey(tmp_path, name: str, models: dict, sizes: dict) -> tuple[Workspace, dict]:
-    """Journey ``name`` in a checkout holding ``models`` (``{directory: source}``), the arXiv
-    files as released and the papers to summarize; two updates on ``sizes``, short summaries."""
+def summarization_steps(sizes: dict) -> dict:
+    """A summarization journey's overrides: two updates on ``sizes``, short summaries."""
+    return {"make summarize-arxiv": f'{hydra_args(sizes)} SUMMARIZE_ARGS="{SHORT}"', "longformer-fs summarize": SHORT}
+
+
+def summarization_journey(tmp_path, journey: Journey, models: dict) -> tuple[Workspace, dict]:
+    """Runs ``journey`` in a checkout holding ``models`` (``{directory: source}``), the arXiv
+    files as released and the papers to summarize."""
     workspace = Workspace(tmp_path / "checkout")
     for directory, source in models.items():
         (workspace.root / directory).symlink_to(source)
     write_arxiv_release(workspace.root)
     write_papers(workspace)
-    logs = Journey(name, {
-        "make summarize-arxiv": f'{hydra_args(sizes)} SUMMARIZE_ARGS="{SHORT}"',
-        "longformer-fs summarize": SHORT,
-    }).run(workspace)  # fmt: skip
-    return workspace, logs
+    return workspace, journey.run(workspace)
 
 
 def write_papers(workspace: Workspace) -> None:
@@ -52,7 +53,7 @@ def test_led_from_the_released_model(led_hub, bart_hub, tmp_path):
     from transformers import LEDForConditionalGeneration
 
     models = {"led-large-16384": led_hub, "bart-large": bart_hub}
-    workspace, logs = summarization_journey(tmp_path, "led-released", models, LED_SIZES)
+    workspace, logs = summarization_journey(tmp_path, Journey("led-released", summarization_steps(LED_SIZES)), models)
     make = next(log for step, log in logs.items() if step.startswith("make summarize-arxiv"))
     assert "recipe led_large_16k trains in float32 (common.fp16=false)" in make and "ROUGE (test" in make
     longer = json.loads(workspace.path("ckpt/led-large-32k/import-hf.json").read_text())
@@ -63,7 +64,7 @@ def test_led_from_the_released_model(led_hub, bart_hub, tmp_path):
 
 def test_led_from_bart(bart_base, gpt2, tmp_path):
     models = {"bart.large": bart_base, "gpt2": gpt2}
-    workspace, logs = summarization_journey(tmp_path, "led-bart", models, BART_SIZES)
+    workspace, logs = summarization_journey(tmp_path, Journey("led-bart", summarization_steps(BART_SIZES)), models)
     written = summaries(workspace.path("summaries.jsonl"))
     assert [s["id"] for s in written] == ["paper1.pdf", "notes.txt", "doc-1"]
     rouge = next(log for step, log in logs.items() if step.startswith("longformer-fs rouge"))
