@@ -179,19 +179,19 @@ def runs(work):
           "--attention-window", "32", "--finetune-from-model", tmp / "converted" / "model.pt",
           "--max-positions", "2048"]  # fmt: skip
     commands = {
-        "qa": finetune_command(tmp / "qa", tmp / "qa_model", *qa, updates=150),
+        "qa": finetune_command(tmp / "qa", tmp / "qa_model", *qa, updates=60),
         "cls_long": finetune_command(tmp / "cls", tmp / "cls_long", *CLASSIFY, "--arch", "longformer_roberta",
                                      "--max-positions", "2048", "--attention-window", "32",
                                      "--global-attention-tokens", "<s>",
-                                     "--finetune-from-model", tmp / "converted" / "model.pt", updates=100),
+                                     "--finetune-from-model", tmp / "converted" / "model.pt", updates=70),
         "wh": finetune_command(tmp / "wh", tmp / "wh_model", "--task", "longformer_wikihop", "--criterion",
                                "longformer_wikihop", "--arch", "longformer_roberta", "--attention-window", "32",
                                "--max-positions", "128", "--finetune-from-model",
                                tmp / "converted_wikihop" / "model.pt", lr="3e-3", updates=250),
-        "qa_short": finetune_command(tmp / "qa_short", tmp / "qa_short_model", *qa, updates=150),
+        "qa_short": finetune_command(tmp / "qa_short", tmp / "qa_short_model", *qa, updates=60),
         "cls_short": finetune_command(tmp / "cls", tmp / "cls_short", *CLASSIFY, "--arch", "roberta",
                                       "--max-positions", "128", "--finetune-from-model",
-                                      work["roberta"] / "model.pt", updates=100),
+                                      work["roberta"] / "model.pt", updates=70),
     }  # fmt: skip
     return dict(zip(commands, run_side_by_side(*commands.values()), strict=True))
 
