@@ -59,12 +59,14 @@ def multilingual(per_locale: int = 600) -> dict[str, list[str]]:
     return found
 
 
-def train_xlmr_tokenizer(texts: list[str], out: Path, size: int = 3000) -> Path:
+def train_xlmr_tokenizer(texts: list[str], out: Path, size: int = 3000, family: str = "xlm-roberta") -> Path:
     """A SentencePiece model trained on ``texts`` with XLM-R's layout (its own ``<unk> <s>
-    </s>`` first), saved into ``out`` as the hub serves XLM-R's: ``sentencepiece.bpe.model``,
-    and transformers' ``tokenizer.json`` made from it. Returns ``out``."""
+    </s>`` first), saved into ``out`` as the hub serves XLM-R's (or, with ``family``
+    ``camembert``, CamemBERT's, whose tokenizer numbers the same model another way):
+    ``sentencepiece.bpe.model``, and transformers' own tokenizer files made from it.
+    Returns ``out``."""
     import sentencepiece
-    from transformers import XLMRobertaTokenizer
+    from transformers import CamembertTokenizer, XLMRobertaTokenizer
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,7 +76,8 @@ def train_xlmr_tokenizer(texts: list[str], out: Path, size: int = 3000) -> Path:
     )  # fmt: skip
     (out / "spm.model").rename(out / "sentencepiece.bpe.model")
     (out / "spm.vocab").unlink()
-    XLMRobertaTokenizer.from_pretrained(str(out)).save_pretrained(str(out))
+    hf_class = {"xlm-roberta": XLMRobertaTokenizer, "camembert": CamembertTokenizer}[family]
+    hf_class.from_pretrained(str(out)).save_pretrained(str(out))
     return out
 
 

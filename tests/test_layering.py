@@ -161,3 +161,22 @@ def test_the_plugins_units_import_one_another_without_a_cycle(edges):
 
     cycles = sorted(unit for unit in units if reaches(unit, unit, set()))
     assert not cycles, cycles
+
+
+def test_conversion_modules_import_one_another_without_a_cycle():
+    """Inside conversion/ too, module by module, imports inside functions included: a
+    conversion from an HF directory to model.pt visits each module once (roberta ->
+    readers -> hf_reader -> hf_directory, hf_tokenizer -> released -> output)."""
+    package = ROOT / "longformer_fs" / "conversion"
+    modules = {module_name(path)[0]: path for path in package.glob("*.py") if path.name != "__init__.py"}
+    inner = {name: {t for t in imports_of(path) if t in modules and t != name} for name, path in modules.items()}
+    conv = "longformer_fs.conversion."
+    assert {conv + "hf_directory", conv + "hf_tokenizer", conv + "released"} <= inner[conv + "hf_reader"]
+    assert conv + "readers" in inner[conv + "roberta"]
+    order, done = [], set()
+    while len(done) < len(inner):  # peel off the modules whose imports are all peeled off
+        ready = sorted(name for name, targets in inner.items() if name not in done and targets <= done)
+        assert ready, f"import cycle among {sorted(set(inner) - done)}"
+        order += ready
+        done |= set(ready)
+    assert order.index(conv + "released") < order.index(conv + "readers") < order.index(conv + "roberta")

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    report = convert_bart(args.bart, args.out, args.max_source_positions, args.window)
+    report = convert_bart(args.bart, args.out, args.max_source_positions, args.window, args.force)
     return print_report(report, args.json, _summary)
 
 

@@ -51,9 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     extra = [t.strip() for t in args.add_tokens.split(",") if t.strip()]
-    report = convert_roberta(
-        args.roberta, args.out, args.max_positions, args.window, args.position_init, args.seed, extra_tokens=extra
-    )
+    report = convert_roberta(args.roberta, args.out, args.max_positions, args.window, args.position_init, args.seed,
+                             extra_tokens=extra, force=args.force)  # fmt: skip
     return print_report(report, args.json, _summary)
 
 

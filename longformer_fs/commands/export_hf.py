@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    report = export_hf(args.checkpoint, args.out, args.tokenizer, args.dict)
+    report = export_hf(args.checkpoint, args.out, args.tokenizer, args.dict, args.force)
     return print_report(report, args.json, _summary)
 
 

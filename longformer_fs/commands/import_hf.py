@@ -40,9 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the directory of the tokenizer files, when they are not in HF_DIR",
     )
-    parser.add_argument(
-        "--force", action="store_true", help="replace what OUT holds, even when it is not an import of HF_DIR"
-    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,8 +3,8 @@
 - :func:`add_output_arguments`: ``--out`` and ``--force`` of the ``prep`` commands that
   build a dataset directory;
 - :func:`add_evaluation_arguments`: the checkpoint, ``--data`` and ``--split`` of the
-  ``eval-*`` commands; :func:`add_conversion_arguments`: the checkpoint, ``--out`` and
-  ``--json`` of the commands that write a converted model, and :func:`print_report`;
+  ``eval-*`` commands; :func:`add_conversion_arguments`: the checkpoint, ``--out``, ``--force``
+  and ``--json`` of the commands that write a converted model, and :func:`print_report`;
 - :func:`add_split_arguments`: the ``--train/--valid/--test`` files, or one ``--input``
   to split by ``--valid-fraction``/``--test-fraction``; :func:`split_files`: the split
   files given;
@@ -68,10 +68,17 @@ def add_evaluation_arguments(
 
 
 def add_conversion_arguments(parser: argparse.ArgumentParser, source: str, source_help: str, out_help: str) -> None:
-    """``SOURCE --out DIR [--json]``: a checkpoint read, the directory its conversion is
-    written to, and how the report is printed (:func:`print_report`)."""
+    """``SOURCE --out DIR [--force] [--json]``: a checkpoint read, the directory its
+    conversion is written to (:mod:`longformer_fs.conversion.output`), and how the report is
+    printed (:func:`print_report`)."""
     parser.add_argument(source, type=Path, help=source_help)
     parser.add_argument("--out", type=Path, required=True, help=out_help)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace what OUT holds even when it is not this command's output from the same source "
+        "(without it, OUT must be absent, empty, or such an output, which is refreshed)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 

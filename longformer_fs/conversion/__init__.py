@@ -1,12 +1,19 @@
-"""Checkpoints in and out of our models.
+"""Released models in and out of ours.
 
-- Released RoBERTa -> ``longformer_roberta`` (:mod:`.roberta`, the paper's §5) and BART ->
-  ``led`` (:mod:`.bart`, v2 §7), from a fairseq release or an HF directory (:mod:`.source`);
-- released Longformer and LED checkpoints in HF transformers' layout -> ours
-  (:mod:`.hf_import`, reading :mod:`.hf_directory` and :mod:`.hf_tokenizer`);
-- ``longformer_roberta`` and ``led`` -> HF transformers (:mod:`.hf`, :mod:`.hf_led`).
+One type, :class:`.released.ReleasedModel` (weights, config, dictionary, tokenizer), and
+around it:
 
-:mod:`.hf_layout` holds the weight-name tables both directions read, and :mod:`.output`
-how every converter writes its directory (all or nothing). Our own layout is the model
-modules' (:mod:`longformer_fs.models`).
+- **readers**, one per layout (:mod:`.readers`): a fairseq ``model.pt`` directory, or a
+  directory in HF transformers' layout (:mod:`.hf_reader`, over :mod:`.hf_directory` and
+  :mod:`.hf_tokenizer`);
+- **transforms**, functions on the type: RoBERTa -> ``longformer_roberta`` (:mod:`.roberta`,
+  the paper's §5), BART -> ``led`` (:mod:`.bart`, v2 §7), positions copied further out
+  (:meth:`~.released.ReleasedModel.extend_positions`, also ``import-hf``'s, :mod:`.hf_import`);
+- **one output step** for every writer (:mod:`.output`): staged, all or nothing, and never
+  over another model without ``--force``. :meth:`~.released.ReleasedModel.write` writes a
+  ``model.pt`` directory through it, and so does ``export-hf`` (:mod:`.hf`, :mod:`.hf_led`)
+  an HF one.
+
+:mod:`.hf_layout` holds the weight-name tables both directions read. Our own layout is the
+model modules' (:mod:`longformer_fs.models`).
 """

@@ -9,7 +9,8 @@ the source computes exactly what BART did:
 - each encoder layer gains ``q/k/v_proj_global``, copies of its ``q/k/v_proj``;
 - the model config names ``led_base`` or ``led_large`` with the chosen window.
 
-``longformer-fs convert-bart`` is the command.
+:func:`to_led` makes the changes on a :class:`~.released.ReleasedModel`; :func:`convert_bart`
+is ``longformer-fs convert-bart``: read (:mod:`.readers`), change, write.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoint_files import config_get, config_set
-from ..conventions import PAD
 from ..models import led as layout
-from ..models.checkpoints import add_global_projections, reserved_position_rows
+from ..models.checkpoints import add_global_projections
 from ..modules.per_layer import layer_values
-from .source import NotConvertibleError, extend_positions, read_source, write_converted
+from .readers import read_release
+from .released import NotConvertibleError, ReleasedModel
+
+COMMAND = "convert-bart"
+HF_TYPES = ("bart", "led")  # an HF LED too: its positions and window change
 
 
 class NotBartError(NotConvertibleError):
@@ -44,32 +48,35 @@ def check_bart_like(state_dict: dict, name: str | None) -> tuple[int, int]:
     return encoder, decoder
 
 
-def convert_bart(src: Path, out_dir: Path, max_source_positions: int = 16384, window: str = "512") -> dict:
-    """Convert ``src`` (a ``model.pt``, or a directory holding it and ``dict.txt``) into
-    ``out_dir/model.pt`` + ``out_dir/dict.txt``. Returns a report of what changed."""
-    source = read_source(src, hf_types=("bart", "led"))
-    weights = source.weights
-    layers = check_bart_like(weights, source.name)
+def to_led(model: ReleasedModel, max_source_positions: int = 16384, window: str = "512") -> dict:
+    """A BART-like ``model`` made an ``led`` one, in place; returns what changed."""
+    layers = check_bart_like(model.weights, model.name)
     layer_values(window, layers[0], "window")  # a bad per-layer list fails here, not at training time
-
-    old_positions = weights[layout.ENCODER_POSITIONS].shape[0] - reserved_position_rows(PAD)
-    weights[layout.ENCODER_POSITIONS] = extend_positions(weights[layout.ENCODER_POSITIONS], max_source_positions, PAD)
-    added = add_global_projections(weights, layout.ENCODER_LAYERS)
-
-    large = weights[layout.TOKEN_EMBEDDINGS].shape[1] >= 1024
+    source_model = model.name
+    positions = model.extend_positions(max_source_positions)
+    added = add_global_projections(model.weights, layout.ENCODER_LAYERS)
+    large = model.weights[layout.TOKEN_EMBEDDINGS].shape[1] >= 1024
     arch = "led_large" if large else "led_base"
-    target_positions = config_get(source.model_cfg, "max_target_positions", layout.DEFAULT_MAX_TARGET_POSITIONS)
-    config_set(source.model_cfg, _name=arch, arch=arch, max_source_positions=max_source_positions,
-               max_target_positions=target_positions, attention_window=str(window))  # fmt: skip
-    model_pt = write_converted(source, weights, out_dir, source.dictionary, max_source_positions=max_source_positions)
+    target_positions = config_get(model.model_cfg, "max_target_positions", layout.DEFAULT_MAX_TARGET_POSITIONS)
+    config_set(model.model_cfg, _name=arch, arch=arch, max_target_positions=target_positions,
+               attention_window=str(window))  # fmt: skip
     return {
-        "source": str(source.path),
-        "output": str(model_pt),
-        "source_model": source.name,
+        "source_model": source_model,
         "arch": arch,
         "layers": list(layers),
-        "source_positions": [old_positions, max_source_positions],
+        "source_positions": positions,
         "target_positions": target_positions,
         "global_projection_tensors": added,
         "window": str(window),
     }
+
+
+def convert_bart(src: Path, out_dir: Path, max_source_positions: int = 16384, window: str = "512",
+                 force: bool = False) -> dict:  # fmt: skip
+    """``longformer-fs convert-bart``: ``src`` (a ``model.pt``, the directory holding it and
+    ``dict.txt``, or an HF directory) as ``out_dir/model.pt`` + ``dict.txt``; the report."""
+    model = read_release(src, HF_TYPES, COMMAND)
+    changes = to_led(model, max_source_positions, window)
+    report = {"source": str(model.source), "output": str(Path(out_dir) / "model.pt"), **changes}
+    model.write(out_dir, COMMAND, report, force)
+    return report

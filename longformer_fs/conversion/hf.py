@@ -17,6 +17,7 @@ counterpart, so such models are refused.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -35,8 +36,9 @@ from ..modules.per_layer import layer_values
 from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_led import export_led
-from .hf_tokenizer import write_hf_tokenizer
-from .output import staged_output
+from .hf_tokenizer import CAMEMBERT_BOS_EOS, dictionary_layout, write_hf_tokenizer
+from .output import guarded_output
+from .released import source_files
 
 
 class ExportError(ValueError):
@@ -155,16 +157,39 @@ def export_longformer(args, state: dict):
     return model, report
 
 
+def _tokenizer_ids(model, checkpoint: Path, state: dict, dictionary: Path | None) -> list[str]:
+    """Give ``<s>`` and ``</s>`` the ids HF's tokenizer for the model's dictionary gives
+    them: fairseq's 0 and 2, or CamemBERT's 5 and 6, whose rows become copies of 0 and 2
+    (what fine-tuning trained). Returns what changed, a line each."""
+    if dictionary is None:
+        with contextlib.suppress(FileNotFoundError):  # no dictionary: fairseq's ids stand
+            dictionary = find_dictionary(checkpoint, state)
+    if dictionary is None or dictionary_layout(dictionary) != "camembert":
+        return []
+    bos, eos = CAMEMBERT_BOS_EOS
+    tables = [model.get_input_embeddings().weight]  # the masked-LM head's decoder is tied to it
+    if hasattr(model, "lm_head"):
+        tables.append(model.lm_head.bias)
+    with torch.no_grad():
+        for table in tables:
+            table[[bos, eos]] = table[[BOS, EOS]]
+    model.config.update({"bos_token_id": bos, "eos_token_id": eos, "sep_token_id": eos})
+    return [f"<s> and </s>: CamemBERT's ids {bos} and {eos} (rows copied from fairseq's {BOS} and {EOS})"]
+
+
+COMMAND = "export-hf"
 # Registered model name prefix -> exporter(args, state) -> (HF model, report).
 EXPORTERS = {"longformer_roberta": export_longformer, "led": export_led}
 
 
-def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None) -> dict:
+def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None,
+              force: bool = False) -> dict:  # fmt: skip
     """Write ``out_dir`` for the HF class of the checkpoint's model; returns a report.
 
     With ``tokenizer``, the model's ``dictionary`` maps it to model ids; by default the
     one :func:`~longformer_fs.checkpoint_files.find_dictionary` finds (the report names
-    it). All or nothing: on any error ``out_dir`` is left as it was.
+    it). All or nothing, and never over another model without ``force``
+    (:func:`~.output.guarded_output`).
     """
     state = read_checkpoint(checkpoint)
     args = model_config(state)
@@ -179,22 +204,17 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
         model, report = exporter(args, state)
     except ValueError as err:
         raise ExportError(str(err)) from None
-    out_dir = Path(out_dir)
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").is_file():
-        raise FileExistsError(f"--out: {out_dir} holds something other than an HF export; choose another directory")
     if tokenizer is not None and dictionary is None:
         dictionary = find_dictionary(checkpoint, state)
     if dictionary is not None and not Path(dictionary).is_file():
         raise FileNotFoundError(f"--dict: {dictionary} does not exist (the model's fairseq dict.txt)")
-    tokenizer_kind = None
-    with staged_output(out_dir) as staging:
+    if exporter is export_longformer:
+        report["notes"] = _tokenizer_ids(model, checkpoint, state, dictionary)
+    report = {"checkpoint": str(checkpoint), "output": str(out_dir), **report, "tokenizer": None,
+              "dictionary": None if dictionary is None else str(dictionary),
+              "source_files": source_files(checkpoint)}  # fmt: skip
+    with guarded_output(out_dir, COMMAND, report, force) as staging:  # the record is written last: as filled in
         model.save_pretrained(staging)
         if tokenizer is not None:
-            tokenizer_kind = write_hf_tokenizer(Path(tokenizer), Path(dictionary), staging)
-    return {
-        "checkpoint": str(checkpoint),
-        "output": str(out_dir),
-        **report,
-        "tokenizer": tokenizer_kind,
-        "dictionary": None if dictionary is None else str(dictionary),
-    }
+            report["tokenizer"] = write_hf_tokenizer(Path(tokenizer), Path(dictionary), staging)
+    return report

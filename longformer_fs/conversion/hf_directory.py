@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .source import NotConvertibleError
+from .released import NotConvertibleError
 
 CONFIG = "config.json"
 # (single file, index of shards), in the order the hub's loaders prefer them.
@@ -55,10 +55,10 @@ class HFModelDirectory:
         value = self.config.get(key)
         return default if value is None else value
 
-    def stamp(self) -> dict:
-        """What identifies this model's files: their names and sizes (for ``--out`` checks)."""
-        files = [self.path / CONFIG, *self.weight_files]
-        return {"source": str(self.path.resolve()), "files": {f.name: f.stat().st_size for f in files}}
+    @property
+    def files(self) -> list[Path]:
+        """The files the model was read from: ``config.json`` and the weights."""
+        return [self.path / CONFIG, *self.weight_files]
 
 
 def read_config(path: Path) -> dict:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..conventions import (
+    BOS,
+    EOS,
     NUM_SPECIALS,
     SENTENCEPIECE_MODEL,
     SPECIAL_SYMBOLS,
@@ -41,10 +43,11 @@ from ..conventions import (
     vocab_size,
 )
 from ..tokenization import SentencePieceEncoder
-from .source import NotConvertibleError
+from .released import NotConvertibleError
 
 MASK = "<mask>"
 TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT = "tokenizer.json", "vocab.json", "merges.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 ENCODER_JSON, VOCAB_BPE = "encoder.json", "vocab.bpe"
 SENTENCEPIECE_OWN = ("<unk>", "<s>", "</s>")  # ids 0 to 2 of XLM-R's SentencePiece model
 
@@ -75,56 +78,119 @@ class ByteLevelBPE:
         """Ids the tokenizer can give: its largest + 1."""
         return max(self.vocab.values()) + 1
 
+    def write_prep_files(self, out_dir: Path) -> list[Path]:
+        """``encoder.json`` and ``vocab.bpe`` in GPT-2's numbering (:func:`gpt2_ids`), as
+        ``prep`` takes them, in ``out_dir``; their paths."""
+        out_dir = Path(out_dir)
+        encoder = dict(sorted(gpt2_ids(self).items(), key=lambda item: item[1]))
+        (out_dir / ENCODER_JSON).write_text(json.dumps(encoder, ensure_ascii=False), encoding="utf-8")
+        merges = "".join(f"{left} {right}\n" for left, right in self.merges)
+        (out_dir / VOCAB_BPE).write_text("#version: 0.2\n" + merges, encoding="utf-8")
+        return [out_dir / ENCODER_JSON, out_dir / VOCAB_BPE]
+
+
+# How HF numbers a SentencePiece model's pieces (model id = piece id + offset). XLM-R's
+# layout is fairseq's dictionary: its <s> <pad> </s> <unk>, then the pieces after the
+# model's own <unk> <s> </s>. CamemBERT's puts four ids before every piece, the model's own
+# three included, so HF's <s> and </s> are 5 and 6.
+SENTENCEPIECE_OFFSET = {"xlm-roberta": 1, "camembert": NUM_SPECIALS}
+NOT_USED = "NOTUSED"  # CamemBERT's suffix for the ids that fairseq's dictionary holds twice
+CAMEMBERT_BOS_EOS = (SENTENCEPIECE_OFFSET["camembert"] + 1, SENTENCEPIECE_OFFSET["camembert"] + 2)
+
 
 @dataclass
 class SentencePieceVocab:
-    """A SentencePiece model laid out as XLM-R's is.
+    """A SentencePiece model with the ids of an HF tokenizer over it (XLM-R's or CamemBERT's).
 
     Attributes:
         model: the ``.model`` file.
-        symbols: its pieces after its own ``<unk> <s> </s>``, in id order: model ids
-            ``NUM_SPECIALS`` onwards, and ``dict.txt``'s lines.
+        symbols: ``dict.txt``'s lines, model ids ``NUM_SPECIALS`` onwards: the pieces after
+            the model's own ``<unk> <s> </s>``; in CamemBERT's layout those three first, as
+            ``<unk>NOTUSED <s>NOTUSED </s>NOTUSED`` (prep never gives them).
         files: where it was read from (for messages).
+        layout: ``xlm-roberta`` or ``camembert`` (:data:`SENTENCEPIECE_OFFSET`).
     """
 
     model: Path
     symbols: list[str]
     files: list[Path]
+    layout: str = "xlm-roberta"
 
     @property
     def where(self) -> str:
         return " and ".join(str(f) for f in self.files)
 
+    @property
+    def hf_bos_eos(self) -> tuple[int, int]:
+        """The ids HF's tokenizer gives ``<s>`` and ``</s>``; fairseq's are 0 and 2."""
+        return CAMEMBERT_BOS_EOS if self.layout == "camembert" else (BOS, EOS)
+
     def size(self) -> int:
         """Ids the tokenizer can give, ``<mask>`` included."""
         return NUM_SPECIALS + len(self.symbols) + 1
 
+    def write_prep_files(self, out_dir: Path) -> list[Path]:
+        """The model file, as ``prep --spm`` takes it, in ``out_dir``; its path."""
+        shutil.copyfile(self.model, Path(out_dir) / SENTENCEPIECE_MODEL)
+        return [Path(out_dir) / SENTENCEPIECE_MODEL]
 
-def read_sentencepiece(directory: Path, xlmr_ids: bool = True) -> SentencePieceVocab:
+
+def dictionary_layout(dict_path: Path) -> str:
+    """The SentencePiece layout a model's ``dict.txt`` follows: CamemBERT's lists the
+    model's own three pieces first (:attr:`SentencePieceVocab.symbols`)."""
+    with open(dict_path, encoding="utf-8") as lines:
+        first = lines.readline().rsplit(" ", 1)[0]
+    return "camembert" if first == SENTENCEPIECE_OWN[0] + NOT_USED else "xlm-roberta"
+
+
+def sentencepiece_layout(directory: Path) -> str:
+    """Which HF numbering a tokenizer directory gives its SentencePiece model:
+    ``tokenizer_config.json``'s class, else ``tokenizer.json``'s first id, else XLM-R's."""
+    directory = Path(directory)
+    if (directory / TOKENIZER_CONFIG).is_file():
+        name = str(_read_json(directory / TOKENIZER_CONFIG).get("tokenizer_class") or "")
+        if name.startswith("Camembert"):
+            return "camembert"
+        if name.startswith("XLMRoberta"):
+            return "xlm-roberta"
+    if (directory / TOKENIZER_JSON).is_file():
+        model = _read_json(directory / TOKENIZER_JSON).get("model") or {}
+        if [entry[0] for entry in (model.get("vocab") or [])[:1]] == [SPECIAL_SYMBOLS[0] + NOT_USED]:
+            return "camembert"
+    return "xlm-roberta"
+
+
+def read_sentencepiece(directory: Path, hf_ids: bool = True, layout: str | None = None) -> SentencePieceVocab:
     """``sentencepiece.bpe.model``, checked against a ``tokenizer.json`` beside it.
 
     Args:
-        xlmr_ids: the model's ids are to follow from the pieces, as in XLM-R's layout
-            (checked). False for a fairseq release, whose ``dict.txt`` gives its ids.
+        hf_ids: the model's ids are to follow from the pieces, as HF's XLM-R and CamemBERT
+            tokenizers number them (checked). False for a fairseq release, whose
+            ``dict.txt`` gives its ids.
+        layout: which of the two; by default what the directory's files say
+            (:func:`sentencepiece_layout`).
     """
     path = directory / SENTENCEPIECE_MODEL
     try:
         encoder = SentencePieceEncoder(path)  # its symbols are what prep lists without a dict.txt
     except BpeError as err:
         raise TokenizerError(str(err).removeprefix("--spm: ")) from None
-    if not xlmr_ids:
+    if not hf_ids:
         return SentencePieceVocab(path, encoder.symbols, [path])
     pieces = [encoder.processor.id_to_piece(i) for i in range(encoder.processor.get_piece_size())]
     if tuple(pieces[:3]) != SENTENCEPIECE_OWN or encoder.symbols != pieces[3:]:
         raise TokenizerError(
-            f"{path}: pieces {pieces[:3]} first; XLM-R's layout, which fairseq's dictionary follows, has "
-            f"{' '.join(SENTENCEPIECE_OWN)} as ids 0 to 2 and no other control piece"
+            f"{path}: pieces {pieces[:3]} first; XLM-R's and CamemBERT's layouts, which fairseq's dictionary "
+            f"follows, have {' '.join(SENTENCEPIECE_OWN)} as ids 0 to 2 and no other control piece"
         )
-    vocab = SentencePieceVocab(path, pieces[3:], [path])
+    layout = layout or sentencepiece_layout(directory)
+    own = [piece + NOT_USED for piece in pieces[:3]] if layout == "camembert" else []
+    vocab = SentencePieceVocab(path, own + pieces[3:], [path], layout)
     if (directory / TOKENIZER_JSON).is_file():
         model = _read_json(directory / TOKENIZER_JSON).get("model") or {}
         listed = [entry[0] for entry in model.get("vocab") or []]
-        if model.get("type") != "Unigram" or listed[NUM_SPECIALS : NUM_SPECIALS + len(vocab.symbols)] != vocab.symbols:
+        first = SENTENCEPIECE_OFFSET[layout] + 3  # HF's id of the first piece after the model's own three
+        if model.get("type") != "Unigram" or listed[first : first + len(pieces) - 3] != pieces[3:]:
             raise TokenizerError(f"{directory / TOKENIZER_JSON} and {path} disagree; which is the model's tokenizer?")
         vocab.files.append(directory / TOKENIZER_JSON)
     return vocab
@@ -317,45 +383,32 @@ def dictionary_lines(tokenizer: ByteLevelBPE | SentencePieceVocab, model_rows: i
     return lines
 
 
-def write_prep_files(tokenizer: ByteLevelBPE | SentencePieceVocab, out_dir: Path) -> list[Path]:
-    """The tokenizer as ``prep`` takes it, in ``out_dir``: ``encoder.json`` and ``vocab.bpe``
-    (GPT-2's numbering) for a BPE, ``sentencepiece.bpe.model`` for SentencePiece; the paths."""
-    out_dir = Path(out_dir)
-    if isinstance(tokenizer, SentencePieceVocab):
-        shutil.copyfile(tokenizer.model, out_dir / SENTENCEPIECE_MODEL)
-        return [out_dir / SENTENCEPIECE_MODEL]
-    encoder = dict(sorted(gpt2_ids(tokenizer).items(), key=lambda item: item[1]))
-    (out_dir / ENCODER_JSON).write_text(json.dumps(encoder, ensure_ascii=False), encoding="utf-8")
-    merges = "".join(f"{left} {right}\n" for left, right in tokenizer.merges)
-    (out_dir / VOCAB_BPE).write_text("#version: 0.2\n" + merges, encoding="utf-8")
-    return [out_dir / ENCODER_JSON, out_dir / VOCAB_BPE]
-
-
 def write_hf_tokenizer(source: Path, dict_path: Path, out_dir: Path) -> str:
     """Save an HF tokenizer for the model's ids into ``out_dir``: from an HF tokenizer
     directory as it is, from GPT-2's ``encoder.json`` + ``vocab.bpe`` mapped through
-    fairseq's ``dict.txt`` (the mapping ``prep`` uses), or from XLM-R's
-    ``sentencepiece.bpe.model`` whose pieces ``dict.txt`` lists in order (what
-    ``convert-roberta`` and ``import-hf`` write). Returns which it was.
+    fairseq's ``dict.txt`` (the mapping ``prep`` uses), or from a ``sentencepiece.bpe.model``
+    whose pieces ``dict.txt`` lists in XLM-R's or CamemBERT's order (what ``convert-roberta``
+    and ``import-hf`` write). Returns which it was.
 
     Raises:
         TokenizerError: ``dict.txt`` lacks pieces of the BPE, lists other pieces than the
             SentencePiece model's, or ``source`` holds no kind of tokenizer.
     """
-    from transformers import AutoTokenizer, RobertaTokenizer, XLMRobertaTokenizer
+    from transformers import AutoTokenizer, CamembertTokenizer, RobertaTokenizer, XLMRobertaTokenizer
 
     source, out_dir = Path(source), Path(out_dir)
-    if (source / SENTENCEPIECE_MODEL).is_file() and not (source / "tokenizer_config.json").is_file():
-        vocab = read_sentencepiece(source)
+    if (source / SENTENCEPIECE_MODEL).is_file() and not (source / TOKENIZER_CONFIG).is_file():
+        vocab = read_sentencepiece(source, layout=dictionary_layout(dict_path))
         listed = [line.rsplit(" ", 1)[0] for line in Path(dict_path).read_text(encoding="utf-8").splitlines()]
         if listed != vocab.symbols:
             extra = [s for s in listed if s not in set(vocab.symbols)]
             raise TokenizerError(
                 f"--dict: {dict_path} does not list {vocab.model}'s pieces in its order"
                 + (f" (it adds {extra[:4]})" if extra else "")
-                + "; an HF XLM-R tokenizer gives those ids only"
+                + "; an HF XLM-R or CamemBERT tokenizer gives those ids only"
             )
-        XLMRobertaTokenizer.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
+        hf_class = CamembertTokenizer if vocab.layout == "camembert" else XLMRobertaTokenizer
+        hf_class.from_pretrained(str(source), local_files_only=True).save_pretrained(out_dir)
         return "sentencepiece+dict.txt"
     if (source / ENCODER_JSON).is_file() and (source / VOCAB_BPE).is_file():
         gpt2 = {int(i): tok for tok, i in _read_json(source / ENCODER_JSON).items()}

@@ -1,19 +1,79 @@
-"""How every converter writes its output directory: all or nothing.
+"""How every converter writes its output directory: all or nothing, never over another model.
 
-``import-hf``, ``convert-roberta``, ``convert-bart`` and ``export-hf`` write into a
-folder beside ``--out`` and move the files in only once all of them are written, so a
-command that fails (bad input found late, a full disk, Ctrl-C) leaves ``--out`` exactly
-as it was, and never a model without its dictionary or config.
+``import-hf``, ``convert-roberta``, ``convert-bart`` and ``export-hf`` write through
+:func:`guarded_output`:
+
+- **staged**: the files go into a folder beside ``--out`` and move in only once all of
+  them are written, so a command that fails (bad input found late, a full disk, Ctrl-C)
+  leaves ``--out`` exactly as it was, and never a model without its dictionary or config;
+- **guarded**: ``--out`` must be absent, empty, or this command's earlier output from the
+  same source files (running a command again refreshes it); anything else needs
+  ``--force``. The record ``OUT/COMMAND.json`` (the command's report, with the source
+  files' names and sizes) is what tells an earlier output apart.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+# The commands that write through guarded_output (their records are OUT/COMMAND.json), and
+# what their output is called in messages.
+WRITERS = {"import-hf": "an import", "convert-roberta": "a conversion", "convert-bart": "a conversion",
+           "export-hf": "an export"}  # fmt: skip
+
+
+def record_path(out_dir: Path, command: str) -> Path:
+    return Path(out_dir) / f"{command}.json"
+
+
+@contextlib.contextmanager
+def guarded_output(out_dir: Path, command: str, report: dict, force: bool = False) -> Iterator[Path]:
+    """A directory to write ``command``'s files for ``out_dir`` into (:func:`staged_output`),
+    after :func:`check_output`; ``report`` (with ``source_files``) is written last, as the
+    record ``out_dir/COMMAND.json``.
+
+    Raises:
+        FileExistsError: ``out_dir`` holds something else, and ``force`` is not set.
+    """
+    if not force:
+        check_output(out_dir, command, report["source_files"])
+    with staged_output(out_dir) as staging:
+        yield staging
+        record_path(staging, command).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def check_output(out_dir: Path, command: str, source_files: dict) -> None:
+    """``out_dir`` must be absent, empty, or ``command``'s output from ``source_files``.
+
+    Raises:
+        FileExistsError: naming what ``out_dir`` holds and ``--force``.
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise FileExistsError(f"--out: {out_dir} is a file; give a directory")
+    if not any(out_dir.iterdir()):
+        return
+    earlier = {}
+    for writer in WRITERS:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # absent, or not our record after all
+            earlier[writer] = json.loads(record_path(out_dir, writer).read_text(encoding="utf-8"))["source_files"]
+    if earlier.get(command) == source_files:
+        return
+    what = "other files"
+    if earlier:
+        writer, files = next(iter(earlier.items()))
+        what = f"{WRITERS[writer]} of {files.get('source') if isinstance(files, dict) else files} ({writer})"
+    raise FileExistsError(
+        f"--out: {out_dir} already holds {what}; choose another directory or pass --force to replace it"
+    )
 
 
 @contextlib.contextmanager

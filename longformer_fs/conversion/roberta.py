@@ -10,7 +10,9 @@ the input computes exactly what RoBERTa did:
 - each layer gains ``q/k/v_proj_global``, copies of its ``q/k/v_proj``;
 - the model config names ``longformer_roberta`` with the chosen window.
 
-Plain functions over state dicts; ``longformer-fs convert-roberta`` is the command.
+:func:`to_longformer` makes the changes on a :class:`~.released.ReleasedModel`;
+:func:`convert_roberta` is ``longformer-fs convert-roberta``: read (:mod:`.readers`), change,
+write.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from pathlib import Path
 import torch
 
 from ..checkpoint_files import config_set
-from ..conventions import NUM_SPECIALS, PAD
+from ..conventions import NUM_SPECIALS
 from ..models import longformer_roberta as layout
-from ..models.checkpoints import add_global_projections, reserved_position_rows
+from ..models.checkpoints import add_global_projections
 from ..modules.per_layer import layer_values
-from .source import NotConvertibleError, extend_positions, read_source, write_converted
+from .readers import read_release
+from .released import NotConvertibleError, ReleasedModel
+
+COMMAND = "convert-roberta"
+# The HF model types convert-roberta reads (an HF Longformer, too: its positions and window change).
+HF_TYPES = ("roberta", "xlm-roberta", "camembert", "longformer")
 
 
 class NotRobertaError(NotConvertibleError):
@@ -78,50 +85,44 @@ def add_tokens(weights: dict, dictionary_lines: list[str], symbols: list[str], s
     return dictionary_lines + [f"{s} 1" for s in new], {s: first + i for i, s in enumerate(new)}
 
 
-def convert_roberta(
-    src: Path,
-    out_dir: Path,
+def to_longformer(
+    model: ReleasedModel,
     max_positions: int = 4096,
     window: str = "256",
     position_init: str = "copy",
     seed: int = 0,
     extra_tokens: list[str] | None = None,
 ) -> dict:
-    """Convert ``src`` (a ``model.pt``, or a directory holding it and ``dict.txt``) into
-    ``out_dir/model.pt`` + ``out_dir/dict.txt``. Returns a report of what changed."""
-    source = read_source(src, hf_types=("roberta", "xlm-roberta", "longformer"))
-    model_cfg, weights, source_model = source.model_cfg, source.weights, source.name
-    layers = check_roberta_like(weights, source_model)
+    """A RoBERTa-like ``model`` made a ``longformer_roberta`` one, in place; returns what changed."""
+    layers = check_roberta_like(model.weights, model.name)
     layer_values(window, layers, "window")  # a bad per-layer list fails here, not at training time
-
-    old_positions = weights[layout.POSITIONS].shape[0] - reserved_position_rows(PAD)
-    weights[layout.POSITIONS] = extend_positions(weights[layout.POSITIONS], max_positions, PAD, position_init, seed)
-    added = add_global_projections(weights, layout.LAYERS)
-    dictionary_lines, new_tokens = add_tokens(weights, source.dictionary, extra_tokens or [], seed)
-
-    large = weights[layout.POSITIONS].shape[1] >= 1024
+    source_model = model.name
+    positions = model.extend_positions(max_positions, position_init, seed)
+    added = add_global_projections(model.weights, layout.LAYERS)
+    model.dictionary, new_tokens = add_tokens(model.weights, model.dictionary, extra_tokens or [], seed)
+    large = model.weights[layout.POSITIONS].shape[1] >= 1024
     arch = "longformer_roberta_large" if large else "longformer_roberta_base"
-    config_set(
-        model_cfg,
-        _name=arch,
-        arch=arch,
-        max_positions=max_positions,
-        max_source_positions=max_positions,
-        attention_window=str(window),
-        attention_dilation="1",
-        causal_attention=False,
-        global_attention_tokens="",
-    )
-    model_pt = write_converted(source, weights, out_dir, dictionary_lines, tokens_per_sample=max_positions)
+    config_set(model.model_cfg, _name=arch, arch=arch, attention_window=str(window), attention_dilation="1",
+               causal_attention=False, global_attention_tokens="")  # fmt: skip
     return {
-        "source": str(source.path),
-        "output": str(model_pt),
         "source_model": source_model,
         "arch": arch,
         "layers": layers,
-        "positions": [old_positions, max_positions],
+        "positions": positions,
         "position_init": position_init,
         "global_projection_tensors": added,
         "window": str(window),
         "added_tokens": new_tokens,
     }
+
+
+def convert_roberta(src: Path, out_dir: Path, max_positions: int = 4096, window: str = "256",
+                    position_init: str = "copy", seed: int = 0, extra_tokens: list[str] | None = None,
+                    force: bool = False) -> dict:  # fmt: skip
+    """``longformer-fs convert-roberta``: ``src`` (a ``model.pt``, the directory holding it
+    and ``dict.txt``, or an HF directory) as ``out_dir/model.pt`` + ``dict.txt``; the report."""
+    model = read_release(src, HF_TYPES, COMMAND)
+    changes = to_longformer(model, max_positions, window, position_init, seed, extra_tokens)
+    report = {"source": str(model.source), "output": str(Path(out_dir) / "model.pt"), **changes}
+    model.write(out_dir, COMMAND, report, force)
+    return report

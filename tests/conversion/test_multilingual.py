@@ -1,6 +1,6 @@
-"""Long models in other languages, from HF's layout: XLM-R made long by convert-roberta, and
-a Longformer with XLM-R's SentencePiece tokenizer (how the community's multilingual long
-checkpoints are laid out) brought in by import-hf.
+"""Long models in other languages, from HF's layout: XLM-R and CamemBERT made long by
+convert-roberta, and a Longformer with XLM-R's SentencePiece tokenizer (how the community's
+multilingual long checkpoints are laid out) brought in by import-hf.
 
 The directories are built by transformers itself, with a SentencePiece model trained on
 real text in five scripts (tests/hf_models.py). The oracles are HF's models, in float64,
@@ -30,6 +30,13 @@ def xlmr(tmp_path_factory):
     return tokenizer, texts
 
 
+@pytest.fixture(scope="module")
+def camembert(xlmr, tmp_path_factory):
+    """The same text's SentencePiece model as CamemBERT's hub directory numbers it."""
+    texts = [t for ts in xlmr[1].values() for t in ts]
+    return train_xlmr_tokenizer(texts, tmp_path_factory.mktemp("camembert"), 1500, family="camembert")
+
+
 def save_with_tokenizer(model, tokenizer, out):
     """``model`` saved as the hub serves it, with XLM-R's tokenizer files."""
     model.save_pretrained(out)
@@ -39,10 +46,10 @@ def save_with_tokenizer(model, tokenizer, out):
 
 
 def hf_batch(tokenizer, texts, longest=None):
-    """Rows ``<s> text </s>`` as HF's tokenizer makes them, right-padded."""
-    from transformers import XLMRobertaTokenizer
+    """Rows ``<s> text </s>`` as HF's tokenizer (the directory's own class) makes them, right-padded."""
+    from transformers import AutoTokenizer
 
-    theirs = XLMRobertaTokenizer.from_pretrained(str(tokenizer))
+    theirs = AutoTokenizer.from_pretrained(str(tokenizer), use_fast=False)
     rows = [theirs(t, truncation=longest is not None, max_length=longest)["input_ids"] for t in texts]
     tokens = torch.full((len(rows), max(map(len, rows))), theirs.pad_token_id)
     for i, row in enumerate(rows):
@@ -52,12 +59,13 @@ def hf_batch(tokenizer, texts, longest=None):
 
 def prep_ids_equal_hf(out, tokenizer, texts):
     """The files the command wrote give HF's ids through prep's SentencePiece path."""
-    from transformers import XLMRobertaTokenizer
+    from transformers import AutoTokenizer
 
     assert (out / "sentencepiece.bpe.model").read_bytes() == (tokenizer / "sentencepiece.bpe.model").read_bytes()
     encoder = SubwordSpec.spm(out / "sentencepiece.bpe.model", out / "dict.txt").load()
     ours = [ids.tolist() for ids, _ in encoder.encode_with_offsets(texts)]
-    assert ours == XLMRobertaTokenizer.from_pretrained(str(tokenizer))(texts, add_special_tokens=False)["input_ids"]
+    theirs = AutoTokenizer.from_pretrained(str(tokenizer), use_fast=False)
+    assert ours == theirs(texts, add_special_tokens=False)["input_ids"]
 
 
 def test_convert_roberta_makes_xlmr_long_and_export_hf_brings_it_back(xlmr, tmp_path):
@@ -96,6 +104,44 @@ def test_convert_roberta_makes_xlmr_long_and_export_hf_brings_it_back(xlmr, tmp_
     assert exported(samples)["input_ids"] == XLMRobertaTokenizer.from_pretrained(str(tokenizer))(samples)["input_ids"]
     back = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf-long").double().eval()
     assert isinstance(back, LongformerForMaskedLM)
+    with torch.no_grad():
+        again = back(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
+    torch.testing.assert_close(again[real], got[real], **TOL)
+
+
+def test_convert_roberta_makes_camembert_long_and_export_hf_brings_it_back(xlmr, camembert, tmp_path):
+    """CamemBERT's tokenizer gives <s> and </s> the ids 5 and 6, fairseq's tasks 0 and 2:
+    the long model reads fairseq's ids and computes CamemBERT's function on HF's (every
+    logit but those of ids 0 and 2, which HF never gives); its export reads HF's ids again."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, CamembertConfig, CamembertForMaskedLM
+
+    texts = xlmr[1]
+    vocab = len(SubwordSpec.spm(camembert / "sentencepiece.bpe.model").load().symbols) + 8
+    config = CamembertConfig(vocab_size=vocab, max_position_embeddings=130, bos_token_id=5, eos_token_id=6, **SIZES)
+    theirs = scaled(CamembertForMaskedLM(config))
+    hf = save_with_tokenizer(theirs, camembert, tmp_path / "camembert")
+    ok("convert-roberta", hf, "--out", tmp_path / "long", "--max-positions", "512", "--window", "128")
+    ours, _ = load_model(tmp_path / "long" / "model.pt", tmp_path / "long")
+    samples = [" ".join(ts[5:25]) for ts in texts.values()]
+    tokens = hf_batch(camembert, samples, longest=128)
+    assert (tokens[:, 0] == 5).all() and (tokens == 6).sum() == len(samples)
+    fairseq_ids = tokens.clone()
+    fairseq_ids[tokens == 5], fairseq_ids[tokens == 6] = 0, 2
+    with torch.no_grad():
+        expected = theirs.double()(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
+        got = ours.double()(fairseq_ids)[0]
+    real, read = tokens != 1, [i for i in range(vocab) if i not in (0, 2)]
+    torch.testing.assert_close(got[real][:, read], expected[real][:, read], **TOL)
+    assert expected.abs().max() > 10
+    prep_ids_equal_hf(tmp_path / "long", camembert, samples)
+
+    long = tmp_path / "long"
+    ok("export-hf", long / "model.pt", "--out", tmp_path / "hf-long", "--tokenizer", long)
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "hf-long"), use_fast=False)
+    assert type(exported).__name__ == "CamembertTokenizer"
+    assert exported(samples)["input_ids"] == AutoTokenizer.from_pretrained(str(camembert))(samples)["input_ids"]
+    back = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf-long").double().eval()
+    assert (back.config.bos_token_id, back.config.eos_token_id) == (5, 6)
     with torch.no_grad():
         again = back(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
     torch.testing.assert_close(again[real], got[real], **TOL)

@@ -1,5 +1,6 @@
-"""What every converter and export writes is all or nothing (``conversion/output.py``), and
-``export-hf`` finds the model's dictionary where the checkpoint says its data was."""
+"""What every converter and export writes is all or nothing, and never over another model
+without ``--force`` (``conversion/output.py``); ``export-hf`` finds the model's dictionary
+where the checkpoint says its data was."""
 
 import json
 
@@ -79,6 +80,38 @@ def test_export_takes_the_dictionary_of_the_data_the_checkpoint_names(converted,
     err = fails("export-hf", tmp_path / "run" / "checkpoint_best.pt", "--out", tmp_path / "hf2", "--tokenizer", gpt2)
     assert len(err.strip().splitlines()) == 1 and "--dict" in err and str(data / "dict.txt") in err
     assert not (tmp_path / "hf2").exists()
+
+
+def test_every_writer_refuses_another_models_out_without_force(roberta_base, converted, tmp_path):
+    """convert-roberta and export-hf (import-hf: tests/conversion/test_import_hf.py) write
+    into an empty OUT, refresh their own output from the same source, and replace anything
+    else only with --force; a refusal leaves OUT byte-identical."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    other = tmp_path / "other"  # another release: the same model under another name
+    other.mkdir()
+    for name in ("model.pt", "dict.txt"):
+        (other / name).write_bytes((roberta_base / name).read_bytes())
+    steps = [
+        (["convert-roberta", roberta_base, "--max-positions", "256"], ["convert-roberta", other]),
+        (["export-hf", converted / "model.pt"], ["export-hf", tmp_path / "long" / "model.pt"]),
+    ]
+    ok("convert-roberta", roberta_base, "--out", tmp_path / "long")
+    for first, second in steps:
+        out = tmp_path / f"out-{first[0]}"
+        ok(*first, "--out", out)
+        ok(*first, "--out", out)  # its own output from the same source: refreshed
+        before = snapshot(out)
+        record = json.loads((out / f"{first[0]}.json").read_text())
+        assert record["source_files"]["source"] == str(first[1].resolve().parent if first[1].is_file()
+                                                       else first[1].resolve())  # fmt: skip
+        for source, target in ((second, out), (first, mine)):
+            err = fails(*source, "--out", target)
+            assert len(err.strip().splitlines()) == 1 and "--force" in err and str(target) in err, err
+        assert snapshot(out) == before and snapshot(mine) == {"notes.txt": b"mine"}
+        ok(*second, "--out", out, "--force")
+        assert json.loads((out / f"{first[0]}.json").read_text())["source_files"] != record["source_files"]
 
 
 @pytest.mark.parametrize("command", ["convert-roberta", "convert-bart"])
