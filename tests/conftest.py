@@ -51,13 +51,14 @@ def _seed():
 # the other had finished. Started first, the long modules split between the workers and
 # the short ones fill in at the end.
 START_FIRST = (
-    "finetune/test_finetune.py",  # 170
-    "journeys/test_journey_finetune.py",  # 150
-    "finetune/test_coref.py",  # 135
-    "training/test_distributed.py",  # 130
+    "journeys/test_journey_finetune.py",  # 130
+    "finetune/test_finetune.py",  # 125
+    "training/test_distributed.py",  # 120
+    "finetune/test_coref.py",  # 100
     "journeys/test_journey_summarization.py",  # 85
-    "mlm/test_longformer_roberta.py",  # 80
-    "summarization/test_led.py",  # 55
+    "journeys/test_journey_mlm.py",  # 80
+    "mlm/test_longformer_roberta.py",  # 65
+    "summarization/test_led.py",  # 50
     "test_plugin.py",  # 50
     "journeys/test_journey_char_lm.py",  # 50
     "journeys/test_journey_triviaqa.py",  # 40

@@ -1,12 +1,14 @@
 """docs/mlm.md's journeys, the README's second among them: continued MLM pretraining from the
 released Longformer (imported from the hub's layout, a Wikipedia dump prepared with its
-tokenizer, the recipe run by fairseq-hydra-train itself) and from fairseq's RoBERTa release
-(``make mlm-base``, then out to HF); and docs/data.md's corpus of every source kind."""
+tokenizer, the recipe run by fairseq-hydra-train itself), from fairseq's RoBERTa release
+(``make mlm-base``, then out to HF) and from XLM-R as the hub serves it (on to a French
+classifier, back out to HF); and docs/data.md's corpus of every source kind."""
 
 import json
 
 import torch
 from helpers import assert_refused_in_one_line
+from hf_models import multilingual, train_xlmr_tokenizer, translations
 from journey import Journey, Workspace
 from releases import ARXIV_SENTENCES, write_dump, write_paper_pdf
 
@@ -56,6 +58,50 @@ def test_continued_pretraining_from_roberta_out_to_hf(roberta_base, gpt2, tmp_pa
         ["export-hf", "{checkpoint}", "--out", "hf/", "--tokenizer", "gpt2/"],
         tmp_path / "bad",
         checkpoint,
+    )
+
+
+def xlmr_base(texts: list[str], out) -> None:
+    """``xlm-roberta-base/`` as the hub serves it, at the sizes of TOY_ROBERTA: transformers'
+    XLM-R with 512 positions and XLM-R's SentencePiece tokenizer trained on ``texts``."""
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer
+
+    train_xlmr_tokenizer(texts, out, 1500)
+    vocab = len(XLMRobertaTokenizer.from_pretrained(str(out)))
+    config = XLMRobertaConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=128, max_position_embeddings=514, layer_norm_eps=1e-5,
+                              type_vocab_size=1)  # fmt: skip
+    XLMRobertaForMaskedLM(config).save_pretrained(out)
+
+
+def test_a_long_model_in_your_language(tmp_path):
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        LongformerForSequenceClassification,
+        XLMRobertaTokenizer,
+    )
+
+    workspace = Workspace(tmp_path / "checkout")
+    xlmr_base([t for ts in multilingual(200).values() for t in ts], workspace.path("xlm-roberta-base"))
+    write_dump(workspace.path("frwiki-pages-articles.xml.bz2"), 0.05)
+    french = [t for t in translations("fr", 400) if len(t.split()) >= 3][:40]
+    rows = [{"text": text, "label": i % 2} for i, text in enumerate(french)]
+    workspace.path("avis.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    logs = Journey("mlm-language", {"make mlm-base": f'HYDRA_ARGS="{TOY_ROBERTA}"',
+                                    "make finetune-": 'HYDRA_ARGS="optimization.max_update=2 dataset.num_workers=0"'},
+                   ).run(workspace)  # fmt: skip
+    make = next(log for step, log in logs.items() if step.startswith("make mlm-base"))
+    assert "recipe longformer_base_4096 trains in float32 (common.fp16=false)" in make
+    finetune = next(log for step, log in logs.items() if step.startswith("make finetune-imdb"))
+    assert "recipe imdb trains in float32 (common.fp16=false)" in finetune
+    model = AutoModelForSequenceClassification.from_pretrained(workspace.path("hf-avis"))
+    assert isinstance(model, LongformerForSequenceClassification) and model.config.max_position_embeddings == 4098
+    exported = AutoTokenizer.from_pretrained(str(workspace.path("hf-avis")))
+    assert type(exported).__name__.startswith("XLMRobertaTokenizer")
+    assert (
+        exported(french)["input_ids"]
+        == XLMRobertaTokenizer.from_pretrained(str(workspace.path("xlm-roberta-base")))(french)["input_ids"]
     )
 
 
