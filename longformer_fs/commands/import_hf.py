@@ -12,8 +12,9 @@ from .options import add_conversion_arguments, print_report
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Read a model directory as the HF hub serves it (config.json; model.safetensors or pytorch_model.bin, "
-        "sharded or not; tokenizer.json and/or vocab.json + merges.txt) and write OUT/model.pt and OUT/dict.txt, "
-        "the layout convert-roberta and convert-bart write, with OUT/encoder.json and OUT/vocab.bpe for the prep "
+        "sharded or not; tokenizer.json and/or vocab.json + merges.txt, or XLM-R's sentencepiece.bpe.model or "
+        "Unigram tokenizer.json) and write OUT/model.pt and OUT/dict.txt, the layout convert-roberta and "
+        "convert-bart write, with OUT/encoder.json and OUT/vocab.bpe (or OUT/sentencepiece.bpe.model) for the prep "
         "commands (their ids are the HF tokenizer's). A Longformer (bare, masked LM, question answering or "
         "sequence classification) becomes longformer_roberta with its head (the masked-LM head, longformer_qa's "
         "span head or sentence_prediction's classifier); another head is left out, and said so. An LED (bare or "

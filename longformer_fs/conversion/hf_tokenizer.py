@@ -25,9 +25,11 @@ The other direction, :func:`write_hf_tokenizer`, serves ``export-hf``.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..conventions import (
@@ -109,12 +111,15 @@ class SentencePieceVocab:
             ``<unk>NOTUSED <s>NOTUSED </s>NOTUSED`` (prep never gives them).
         files: where it was read from (for messages).
         layout: ``xlm-roberta`` or ``camembert`` (:data:`SENTENCEPIECE_OFFSET`).
+        data: the model file's bytes, where it was rebuilt from a ``tokenizer.json``
+            (:func:`read_unigram_json`; ``model`` is then that file).
     """
 
     model: Path
     symbols: list[str]
     files: list[Path]
     layout: str = "xlm-roberta"
+    data: bytes | None = field(default=None, repr=False)
 
     @property
     def where(self) -> str:
@@ -131,8 +136,12 @@ class SentencePieceVocab:
 
     def write_prep_files(self, out_dir: Path) -> list[Path]:
         """The model file, as ``prep --spm`` takes it, in ``out_dir``; its path."""
-        shutil.copyfile(self.model, Path(out_dir) / SENTENCEPIECE_MODEL)
-        return [Path(out_dir) / SENTENCEPIECE_MODEL]
+        target = Path(out_dir) / SENTENCEPIECE_MODEL
+        if self.data is not None:
+            target.write_bytes(self.data)
+        else:
+            shutil.copyfile(self.model, target)
+        return [target]
 
 
 def dictionary_layout(dict_path: Path) -> str:
@@ -196,6 +205,60 @@ def read_sentencepiece(directory: Path, hf_ids: bool = True, layout: str | None 
     return vocab
 
 
+def read_unigram_json(directory: Path) -> SentencePieceVocab:
+    """A SentencePiece tokenizer given as HF's Unigram ``tokenizer.json`` alone: the model
+    it was made from, rebuilt (its pieces and scores, XLM-R's control pieces, and the
+    normalizer's precompiled character map), for ``prep`` to read.
+
+    Raises:
+        TokenizerError: a Unigram model without SentencePiece's normalizer, or pieces that
+            are not laid out as XLM-R's or CamemBERT's.
+    """
+    from sentencepiece import sentencepiece_model_pb2 as spm_pb
+
+    path = Path(directory) / TOKENIZER_JSON
+    data = _read_json(path)
+    charsmap = _precompiled_charsmap(data.get("normalizer"))
+    if charsmap is None:
+        raise TokenizerError(
+            f"{path}: a Unigram tokenizer without SentencePiece's normalizer (Precompiled), so not a "
+            f"SentencePiece model's; give the directory that holds its {SENTENCEPIECE_MODEL} with --tokenizer"
+        )
+    layout = sentencepiece_layout(directory)
+    listed = [(entry[0], float(entry[1])) for entry in data["model"].get("vocab") or []]
+    first = SENTENCEPIECE_OFFSET[layout] + 3  # HF's id of the first piece after the model's own three
+    pieces = listed[first:-1] if listed and listed[-1][0] == MASK else listed[first:]
+    proto = spm_pb.ModelProto()
+    proto.trainer_spec.model_type = spm_pb.TrainerSpec.UNIGRAM
+    proto.trainer_spec.vocab_size = len(pieces) + 3
+    proto.trainer_spec.unk_id, proto.trainer_spec.bos_id, proto.trainer_spec.eos_id = 0, 1, 2
+    proto.trainer_spec.pad_id = -1
+    proto.normalizer_spec.name = "nmt_nfkc"
+    proto.normalizer_spec.precompiled_charsmap = charsmap
+    proto.normalizer_spec.add_dummy_prefix = True
+    proto.normalizer_spec.remove_extra_whitespaces = True
+    proto.normalizer_spec.escape_whitespaces = True
+    kinds = (spm_pb.ModelProto.SentencePiece.UNKNOWN, *(spm_pb.ModelProto.SentencePiece.CONTROL,) * 2)
+    for piece, kind in zip(SENTENCEPIECE_OWN, kinds, strict=True):
+        proto.pieces.add(piece=piece, score=0.0, type=kind)
+    for piece, score in pieces:
+        proto.pieces.add(piece=piece, score=score, type=spm_pb.ModelProto.SentencePiece.NORMAL)
+    model = proto.SerializeToString()
+    with tempfile.TemporaryDirectory() as rebuilt:  # checked as a model file is, then kept as bytes
+        (Path(rebuilt) / SENTENCEPIECE_MODEL).write_bytes(model)
+        vocab = read_sentencepiece(Path(rebuilt), layout=layout)
+    return SentencePieceVocab(path, vocab.symbols, [path], layout, model)
+
+
+def _precompiled_charsmap(normalizer: dict | None) -> bytes | None:
+    """The character map of a tokenizer.json normalizer's Precompiled step (also inside a Sequence)."""
+    if not normalizer:
+        return None
+    if normalizer.get("type") == "Precompiled":
+        return base64.b64decode(normalizer.get("precompiled_charsmap") or "")
+    return next(filter(None, map(_precompiled_charsmap, normalizer.get("normalizers") or [])), None)
+
+
 def byte_characters() -> list[str]:
     """The characters GPT-2's byte-level BPE writes the 256 bytes as, in GPT-2's id order:
     the printable Latin-1 bytes as themselves, then every other byte ``b`` as ``chr(256 + n)``
@@ -234,11 +297,6 @@ def _byte_level(pre_tokenizer: dict | None) -> dict | None:
 def _read_tokenizer_json(path: Path) -> ByteLevelBPE:
     data = _read_json(path)
     model = data.get("model") or {}
-    if model.get("type") == "Unigram":
-        raise TokenizerError(
-            f"{path}: a Unigram (SentencePiece) tokenizer without its {SENTENCEPIECE_MODEL}, which prep reads; "
-            f"give the directory that holds it (XLM-R's download does) with --tokenizer"
-        )
     if model.get("type") != "BPE":
         raise TokenizerError(
             f"{path}: a {model.get('type')} tokenizer; RoBERTa-family models use a byte-level BPE or XLM-R's "
@@ -278,8 +336,9 @@ def _read_vocab_merges(directory: Path) -> ByteLevelBPE:
 
 def read_tokenizer(directory: Path) -> ByteLevelBPE | SentencePieceVocab:
     """The tokenizer of an HF directory: XLM-R's ``sentencepiece.bpe.model`` where there is
-    one, else the byte-level BPE of ``tokenizer.json``, else of ``vocab.json`` +
-    ``merges.txt``; where two files are there they must agree.
+    one, else ``tokenizer.json``'s (a byte-level BPE, or a Unigram model rebuilt as the
+    SentencePiece model it came from), else the BPE of ``vocab.json`` + ``merges.txt``;
+    where two files are there they must agree.
 
     Raises:
         TokenizerError: none of them, a file that is neither kind, or two that disagree.
@@ -294,6 +353,8 @@ def read_tokenizer(directory: Path) -> ByteLevelBPE | SentencePieceVocab:
             f"{directory}: no tokenizer ({TOKENIZER_JSON}, {VOCAB_JSON} and {MERGES_TXT}, or {SENTENCEPIECE_MODEL}); "
             "give the model's tokenizer directory with --tokenizer"
         )
+    if has_json and (_read_json(directory / TOKENIZER_JSON).get("model") or {}).get("type") == "Unigram":
+        return read_unigram_json(directory)
     tokenizer = _read_tokenizer_json(directory / TOKENIZER_JSON) if has_json else _read_vocab_merges(directory)
     if has_json and has_pair:
         pair = _read_vocab_merges(directory)

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import fails, ok, pretrain_roberta
+from helpers import ok, pretrain_roberta
 from hf_models import multilingual, scaled, train_xlmr_tokenizer
 
 from longformer_fs.evaluation.checkpoint import load_model
@@ -148,8 +148,9 @@ def test_convert_roberta_makes_camembert_long_and_export_hf_brings_it_back(xlmr,
 
 
 def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
-    """A window of 32 a side on 600 tokens of real text, and the tokenizer as prep takes it;
-    a Unigram tokenizer.json without its SentencePiece model is refused in one line."""
+    """A window of 32 a side on 600 tokens of real text, and the tokenizer as prep takes it,
+    from XLM-R's SentencePiece model or from HF's tokenizer.json alone."""
+    from tokenizers import Tokenizer
     from transformers import LongformerConfig, LongformerForMaskedLM
 
     tokenizer, texts = xlmr
@@ -171,9 +172,16 @@ def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
     torch.testing.assert_close(got[real], expected[real], atol=5e-5, rtol=1e-5)
     prep_ids_equal_hf(tmp_path / "out", tokenizer, samples)
 
+    # The same directory with tokenizer.json alone (the Unigram model HF made from XLM-R's):
+    # the SentencePiece model is rebuilt from it, and gives HF's ids.
     (hf / "sentencepiece.bpe.model").unlink()
-    error = fails("import-hf", hf, "--out", tmp_path / "again")
-    assert "Unigram" in error and "--tokenizer" in error and not (tmp_path / "again").exists()
+    ok("import-hf", hf, "--out", tmp_path / "again")
+    rebuilt = SubwordSpec.spm(tmp_path / "again" / "sentencepiece.bpe.model", tmp_path / "again" / "dict.txt").load()
+    everything = [t for ts in texts.values() for t in ts]
+    theirs = Tokenizer.from_file(str(hf / "tokenizer.json"))  # HF's tokenizers runs the file itself
+    ours = [ids.tolist() for ids, _ in rebuilt.encode_with_offsets(everything)]
+    assert ours == [e.ids for e in theirs.encode_batch(everything, add_special_tokens=False)]
+    assert (tmp_path / "again" / "dict.txt").read_bytes() == (tmp_path / "out" / "dict.txt").read_bytes()
 
 
 def test_convert_roberta_takes_fairseqs_xlmr_layout(xlmr, tmp_path):
