@@ -90,17 +90,20 @@ class ReleasedModel:
         return self.weights[key].shape[0]
 
     @property
+    def positions_key(self) -> str:
+        """Where the (encoder) position table is."""
+        return roberta_layout.POSITIONS if self.is_encoder else led_layout.ENCODER_POSITIONS
+
+    @property
     def positions(self) -> int:
         """Learned (encoder) positions."""
-        key = roberta_layout.POSITIONS if self.is_encoder else led_layout.ENCODER_POSITIONS
-        return self.weights[key].shape[0] - reserved_position_rows(PAD)
+        return self.weights[self.positions_key].shape[0] - reserved_position_rows(PAD)
 
     def extend_positions(self, max_positions: int, init: str = "copy", seed: int = 0) -> list[int]:
         """Grow the (encoder) position table to ``max_positions`` (:func:`extend_position_table`)
         and set the model's and its task's position settings to it; returns the positions
         before and after."""
-        key = roberta_layout.POSITIONS if self.is_encoder else led_layout.ENCODER_POSITIONS
-        before = self.positions
+        key, before = self.positions_key, self.positions
         self.weights[key] = extend_position_table(self.weights[key], max_positions, PAD, init, seed)
         model_keys = ("max_positions", "max_source_positions") if self.is_encoder else ("max_source_positions",)
         config_set(self.model_cfg, **dict.fromkeys(model_keys, max_positions))
