@@ -62,6 +62,10 @@ START_FIRST = (
     "test_plugin.py",  # 50
     "journeys/test_journey_char_lm.py",  # 50
     "journeys/test_journey_triviaqa.py",  # 40
+    "test_demo.py",  # 40
+    "attention/test_flex_backend.py",  # 40
+    "test_cli.py",  # 35
+    "conversion/test_import_hf.py",  # 35
 )
 
 
