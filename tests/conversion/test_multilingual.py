@@ -112,7 +112,9 @@ def test_convert_roberta_makes_xlmr_long_and_export_hf_brings_it_back(xlmr, tmp_
 def test_convert_roberta_makes_camembert_long_and_export_hf_brings_it_back(xlmr, camembert, tmp_path):
     """CamemBERT's tokenizer gives <s> and </s> the ids 5 and 6, fairseq's tasks 0 and 2:
     the long model reads fairseq's ids and computes CamemBERT's function on HF's (every
-    logit but those of ids 0 and 2, which HF never gives); its export reads HF's ids again."""
+    logit but those of ids 0 and 2, which HF never gives); its export reads HF's ids again.
+    From CamemBERT's tokenizer.json alone, the rebuilt SentencePiece model numbers it so too."""
+    from tokenizers import Tokenizer
     from transformers import AutoModelForMaskedLM, AutoTokenizer, CamembertConfig, CamembertForMaskedLM
 
     texts = xlmr[1]
@@ -145,6 +147,16 @@ def test_convert_roberta_makes_camembert_long_and_export_hf_brings_it_back(xlmr,
     with torch.no_grad():
         again = back(input_ids=tokens, attention_mask=(tokens != 1).long()).logits
     torch.testing.assert_close(again[real], got[real], **TOL)
+
+    # CamemBERT's tokenizer.json alone: the SentencePiece model rebuilt in its numbering.
+    (hf / "sentencepiece.bpe.model").unlink()
+    ok("convert-roberta", hf, "--out", tmp_path / "from-json", "--max-positions", "512", "--window", "128")
+    assert (tmp_path / "from-json" / "dict.txt").read_bytes() == (long / "dict.txt").read_bytes()
+    rebuilt = SubwordSpec.spm(tmp_path / "from-json" / "sentencepiece.bpe.model", tmp_path / "from-json" / "dict.txt")
+    everything = [t for ts in texts.values() for t in ts]
+    ours = [ids.tolist() for ids, _ in rebuilt.load().encode_with_offsets(everything)]
+    theirs = Tokenizer.from_file(str(hf / "tokenizer.json"))  # HF's tokenizers runs the file itself
+    assert ours == [e.ids for e in theirs.encode_batch(everything, add_special_tokens=False)]
 
 
 def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
