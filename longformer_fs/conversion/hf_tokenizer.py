@@ -227,6 +227,14 @@ def read_unigram_json(directory: Path) -> SentencePieceVocab:
     layout = sentencepiece_layout(directory)
     listed = [(entry[0], float(entry[1])) for entry in data["model"].get("vocab") or []]
     first = SENTENCEPIECE_OFFSET[layout] + 3  # HF's id of the first piece after the model's own three
+    expected = list(SPECIAL_SYMBOLS)
+    if layout == "camembert":  # fairseq's ids, two of them NOTUSED, then the model's own three
+        expected = [s + NOT_USED if s in (SPECIAL_SYMBOLS[0], SPECIAL_SYMBOLS[2]) else s for s in expected]
+        expected += [SENTENCEPIECE_OWN[0] + NOT_USED, *SENTENCEPIECE_OWN[1:]]
+    if [piece for piece, _ in listed[:first]] != expected:
+        raise TokenizerError(
+            f"{path}: its first ids are {[piece for piece, _ in listed[:first]]}; {layout}'s layout has {expected}"
+        )
     pieces = listed[first:-1] if listed and listed[-1][0] == MASK else listed[first:]
     proto = spm_pb.ModelProto()
     proto.trainer_spec.model_type = spm_pb.TrainerSpec.UNIGRAM

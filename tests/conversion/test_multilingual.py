@@ -7,11 +7,12 @@ real text in five scripts (tests/hf_models.py). The oracles are HF's models, in 
 and HF's tokenizer for the ids that ``prep --spm`` gives with the files the command wrote.
 """
 
+import json
 import shutil
 
 import pytest
 import torch
-from helpers import ok, pretrain_roberta
+from helpers import fails, ok, pretrain_roberta
 from hf_models import multilingual, scaled, train_xlmr_tokenizer
 
 from longformer_fs.evaluation.checkpoint import load_model
@@ -194,6 +195,11 @@ def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
     ours = [ids.tolist() for ids, _ in rebuilt.encode_with_offsets(everything)]
     assert ours == [e.ids for e in theirs.encode_batch(everything, add_special_tokens=False)]
     assert (tmp_path / "again" / "dict.txt").read_bytes() == (tmp_path / "out" / "dict.txt").read_bytes()
+    swapped = json.loads((hf / "tokenizer.json").read_text())
+    swapped["model"]["vocab"][:2] = swapped["model"]["vocab"][1::-1]  # <pad> before <s>: not XLM-R's ids
+    (hf / "tokenizer.json").write_text(json.dumps(swapped))
+    error = fails("import-hf", hf, "--out", tmp_path / "swapped")
+    assert "its first ids are ['<pad>', '<s>'" in error and not (tmp_path / "swapped").exists()
 
 
 def test_convert_roberta_takes_fairseqs_xlmr_layout(xlmr, tmp_path):
