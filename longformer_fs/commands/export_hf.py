@@ -51,4 +51,6 @@ def _summary(report: dict):
     )
     if report["dictionary"]:
         yield f"  dictionary: {report['dictionary']}"
+    for note in report.get("notes", []):
+        yield f"  {note}"
     yield f"  load: transformers.{report['model_class']}.from_pretrained({str(report['output'])!r})"
