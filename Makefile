@@ -78,7 +78,8 @@ TEST_WORKERS ?= auto
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
-INSTALL_INPUTS := Makefile setup.py pyproject.toml requirements.txt requirements-test.txt constraints.txt \
+INSTALL_INPUTS := Makefile setup.py pyproject.toml requirements.txt requirements-test.txt requirements-onnx.txt \
+	constraints.txt \
 	$(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h')
 
 ifeq ($(TORCH),auto)
@@ -268,7 +269,7 @@ $(STAMP): $(INSTALL_INPUTS)
 	@# fairseq-fixed's metadata requires torchaudio, which would replace our torch, so it
 	@# goes in with --no-deps after its real dependencies. It compiles Cython and C++
 	@# against torch, hence --no-build-isolation (about 3 minutes on 2 cores, once).
-	$(PIP) install -q -c constraints.txt -r requirements.txt -r requirements-test.txt
+	$(PIP) install -q -c constraints.txt -r requirements.txt -r requirements-test.txt -r requirements-onnx.txt
 	$(PIP) install -q --no-deps --no-build-isolation $(FAIRSEQ_PIN)
 	@# Editable install; this also compiles the cuda_ext kernels (about a minute).
 	$(PIP) install -q --no-deps --no-build-isolation -e .

@@ -23,6 +23,12 @@ def read_version() -> str:
     raise RuntimeError("longformer_fs/version.py has no __version__")
 
 
+def requirements(name: str) -> list[str]:
+    """The package lines of a requirements file (comments and blanks left out)."""
+    lines = (ROOT / name).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
 def extensions():
     import torch
     from torch.utils import cpp_extension
@@ -76,6 +82,7 @@ setup(
     # torch and fairseq-fixed are installed by `make install` (see the Makefile for why
     # they are not ordinary requirements); the rest is in requirements.txt.
     install_requires=[],
+    extras_require={"onnx": requirements("requirements-onnx.txt")},
     ext_modules=extensions(),
     cmdclass={"build_ext": build_ext_class()},
     entry_points={"console_scripts": ["longformer-fs=longformer_fs.cli:main"]},
