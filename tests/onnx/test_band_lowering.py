@@ -62,3 +62,26 @@ def test_one_graph_serves_every_length_and_padding(exported, length):
 def test_dilated_heads_are_refused_by_name():
     with pytest.raises(Exception, match=r"dilated heads \(\[2, 2, 2, 2\]\) are not lowered"):
         export(Layer(False, "kernel", dilation=2).eval())
+
+
+def test_a_layer_called_without_padding(tmp_path):
+    """No key mask reaches the op: every key in the band is kept."""
+    import onnxruntime
+
+    class Unpadded(Layer):
+        def forward(self, x):
+            return self.attention(x)
+
+    layer = Unpadded(False, "kernel").eval()
+    length = torch.export.Dim("length", min=2, max=16384)
+    program = torch.onnx.export(layer, (torch.randn(50, 2, WIDTH),), dynamo=True, dynamic_shapes=({0: length},),
+                                custom_translation_table=TRANSLATIONS, verbose=False)  # fmt: skip
+    program.save(str(tmp_path / "layer.onnx"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "layer.onnx"))
+    oracle = Unpadded(False, "reference").double().eval()
+    oracle.load_state_dict(layer.state_dict())
+    for length in (5, 77):
+        x = torch.randn(length, 2, WIDTH)
+        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        with torch.no_grad():
+            np.testing.assert_allclose(got, oracle(x.double()).numpy(), atol=1e-5, rtol=1e-5)
