@@ -152,9 +152,10 @@ def dictionary_layout(dict_path: Path) -> str:
     return "camembert" if first == SENTENCEPIECE_OWN[0] + NOT_USED else "xlm-roberta"
 
 
-def sentencepiece_layout(directory: Path) -> str:
+def sentencepiece_layout(directory: Path, tokenizer_json: dict | None = None) -> str:
     """Which HF numbering a tokenizer directory gives its SentencePiece model:
-    ``tokenizer_config.json``'s class, else ``tokenizer.json``'s first id, else XLM-R's."""
+    ``tokenizer_config.json``'s class, else ``tokenizer.json``'s first id (``tokenizer_json``:
+    that file, parsed, where the caller has it), else XLM-R's."""
     directory = Path(directory)
     if (directory / TOKENIZER_CONFIG).is_file():
         name = str(_read_json(directory / TOKENIZER_CONFIG).get("tokenizer_class") or "")
@@ -162,8 +163,10 @@ def sentencepiece_layout(directory: Path) -> str:
             return "camembert"
         if name.startswith("XLMRoberta"):
             return "xlm-roberta"
-    if (directory / TOKENIZER_JSON).is_file():
-        model = _read_json(directory / TOKENIZER_JSON).get("model") or {}
+    if tokenizer_json is None and (directory / TOKENIZER_JSON).is_file():
+        tokenizer_json = _read_json(directory / TOKENIZER_JSON)
+    if tokenizer_json is not None:
+        model = tokenizer_json.get("model") or {}
         if [entry[0] for entry in (model.get("vocab") or [])[:1]] == [SPECIAL_SYMBOLS[0] + NOT_USED]:
             return "camembert"
     return "xlm-roberta"
@@ -192,11 +195,12 @@ def read_sentencepiece(directory: Path, hf_ids: bool = True, layout: str | None 
             f"{path}: pieces {pieces[:3]} first; XLM-R's and CamemBERT's layouts, which fairseq's dictionary "
             f"follows, have {' '.join(SENTENCEPIECE_OWN)} as ids 0 to 2 and no other control piece"
         )
-    layout = layout or sentencepiece_layout(directory)
+    tokenizer_json = _read_json(directory / TOKENIZER_JSON) if (directory / TOKENIZER_JSON).is_file() else None
+    layout = layout or sentencepiece_layout(directory, tokenizer_json)
     own = [piece + NOT_USED for piece in pieces[:3]] if layout == "camembert" else []
     vocab = SentencePieceVocab(path, own + pieces[3:], [path], layout)
-    if (directory / TOKENIZER_JSON).is_file():
-        model = _read_json(directory / TOKENIZER_JSON).get("model") or {}
+    if tokenizer_json is not None:
+        model = tokenizer_json.get("model") or {}
         listed = [entry[0] for entry in model.get("vocab") or []]
         first = SENTENCEPIECE_OFFSET[layout] + 3  # HF's id of the first piece after the model's own three
         if model.get("type") != "Unigram" or listed[first : first + len(pieces) - 3] != pieces[3:]:
@@ -205,10 +209,11 @@ def read_sentencepiece(directory: Path, hf_ids: bool = True, layout: str | None 
     return vocab
 
 
-def read_unigram_json(directory: Path) -> SentencePieceVocab:
+def read_unigram_json(directory: Path, data: dict) -> SentencePieceVocab:
     """A SentencePiece tokenizer given as HF's Unigram ``tokenizer.json`` alone: the model
     it was made from, rebuilt (its pieces and scores, XLM-R's control pieces, and the
-    normalizer's precompiled character map), for ``prep`` to read.
+    normalizer's precompiled character map), for ``prep`` to read. ``data``: the
+    ``tokenizer.json``, parsed.
 
     Raises:
         TokenizerError: a Unigram model without SentencePiece's normalizer, or pieces that
@@ -217,14 +222,13 @@ def read_unigram_json(directory: Path) -> SentencePieceVocab:
     from sentencepiece import sentencepiece_model_pb2 as spm_pb
 
     path = Path(directory) / TOKENIZER_JSON
-    data = _read_json(path)
     charsmap = _precompiled_charsmap(data.get("normalizer"))
     if charsmap is None:
         raise TokenizerError(
             f"{path}: a Unigram tokenizer without SentencePiece's normalizer (Precompiled), so not a "
             f"SentencePiece model's; give the directory that holds its {SENTENCEPIECE_MODEL} with --tokenizer"
         )
-    layout = sentencepiece_layout(directory)
+    layout = sentencepiece_layout(directory, data)
     listed = [(entry[0], float(entry[1])) for entry in data["model"].get("vocab") or []]
     first = SENTENCEPIECE_OFFSET[layout] + 3  # HF's id of the first piece after the model's own three
     expected = list(SPECIAL_SYMBOLS)
@@ -302,8 +306,8 @@ def _byte_level(pre_tokenizer: dict | None) -> dict | None:
     return next(filter(None, map(_byte_level, pre_tokenizer.get("pretokenizers") or [])), None)
 
 
-def _read_tokenizer_json(path: Path) -> ByteLevelBPE:
-    data = _read_json(path)
+def _read_tokenizer_json(path: Path, data: dict) -> ByteLevelBPE:
+    """The byte-level BPE of ``tokenizer.json`` at ``path``, parsed as ``data``."""
     model = data.get("model") or {}
     if model.get("type") != "BPE":
         raise TokenizerError(
@@ -361,9 +365,10 @@ def read_tokenizer(directory: Path) -> ByteLevelBPE | SentencePieceVocab:
             f"{directory}: no tokenizer ({TOKENIZER_JSON}, {VOCAB_JSON} and {MERGES_TXT}, or {SENTENCEPIECE_MODEL}); "
             "give the model's tokenizer directory with --tokenizer"
         )
-    if has_json and (_read_json(directory / TOKENIZER_JSON).get("model") or {}).get("type") == "Unigram":
-        return read_unigram_json(directory)
-    tokenizer = _read_tokenizer_json(directory / TOKENIZER_JSON) if has_json else _read_vocab_merges(directory)
+    data = _read_json(directory / TOKENIZER_JSON) if has_json else None  # parsed once: XLM-R's is 17 MB
+    if data is not None and (data.get("model") or {}).get("type") == "Unigram":
+        return read_unigram_json(directory, data)
+    tokenizer = _read_tokenizer_json(directory / TOKENIZER_JSON, data) if has_json else _read_vocab_merges(directory)
     if has_json and has_pair:
         pair = _read_vocab_merges(directory)
         if (
