@@ -50,11 +50,6 @@ class HFModelDirectory:
     def model_type(self) -> str:
         return str(self.config.get("model_type", ""))
 
-    def setting(self, key: str, default=None):
-        """``config.json``'s ``key``, or ``default`` where absent or null."""
-        value = self.config.get(key)
-        return default if value is None else value
-
     @property
     def files(self) -> list[Path]:
         """The files the model was read from: ``config.json`` and the weights."""
@@ -138,11 +133,3 @@ def read_weights(path: Path) -> tuple[dict, list[Path]]:
             return weights, shards
     names = ", ".join(name for pair in WEIGHT_FILES for name in pair)
     raise HFDirectoryError(f"{path}: no weights ({names})")
-
-
-def read_model_directory(path: Path) -> HFModelDirectory:
-    """``path``'s config and weights (the config first: a directory of another kind fails
-    before its weights are read)."""
-    config = read_config(path)
-    weights, files = read_weights(path)
-    return HFModelDirectory(Path(path), config, weights, files)

@@ -41,7 +41,6 @@ from .released import NotConvertibleError, ReleasedModel, source_files, training
 ENCODERS = ("longformer", "roberta", "xlm-roberta", "camembert")
 # Where a model type keeps its encoder's weights when it is not under its own name.
 WEIGHT_PREFIX = {"xlm-roberta": "roberta.", "camembert": "roberta."}
-ENCODER_DECODERS = ("led", "bart")
 # HF's activation name -> fairseq's. HF's tanh-approximated GELUs are fairseq's gelu_accurate.
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "tanh": "tanh", "linear": "linear"}
 ACTIVATIONS |= dict.fromkeys(("gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate"), "gelu_accurate")
