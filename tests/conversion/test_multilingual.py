@@ -69,6 +69,18 @@ def prep_ids_equal_hf(out, tokenizer, texts):
     assert ours == theirs(texts, add_special_tokens=False)["input_ids"]
 
 
+def prep_ids_equal_tokenizer_json(out, tokenizer_json, texts):
+    """The SentencePiece model a command rebuilt from ``tokenizer_json`` alone gives, through
+    prep, the ids that HF's ``tokenizers`` gives running that file, on every text."""
+    from tokenizers import Tokenizer
+
+    everything = [t for ts in texts.values() for t in ts]
+    rebuilt = SubwordSpec.spm(out / "sentencepiece.bpe.model", out / "dict.txt").load()
+    ours = [ids.tolist() for ids, _ in rebuilt.encode_with_offsets(everything)]
+    theirs = Tokenizer.from_file(str(tokenizer_json))
+    assert ours == [e.ids for e in theirs.encode_batch(everything, add_special_tokens=False)]
+
+
 def test_convert_roberta_makes_xlmr_long_and_export_hf_brings_it_back(xlmr, tmp_path):
     """With a window as wide as the input, the long model computes XLM-R's function; its
     export is a Longformer with XLM-R's tokenizer, as AutoModel and AutoTokenizer load it."""
@@ -115,7 +127,6 @@ def test_convert_roberta_makes_camembert_long_and_export_hf_brings_it_back(xlmr,
     the long model reads fairseq's ids and computes CamemBERT's function on HF's (every
     logit but those of ids 0 and 2, which HF never gives); its export reads HF's ids again.
     From CamemBERT's tokenizer.json alone, the rebuilt SentencePiece model numbers it so too."""
-    from tokenizers import Tokenizer
     from transformers import AutoModelForMaskedLM, AutoTokenizer, CamembertConfig, CamembertForMaskedLM
 
     texts = xlmr[1]
@@ -153,17 +164,12 @@ def test_convert_roberta_makes_camembert_long_and_export_hf_brings_it_back(xlmr,
     (hf / "sentencepiece.bpe.model").unlink()
     ok("convert-roberta", hf, "--out", tmp_path / "from-json", "--max-positions", "512", "--window", "128")
     assert (tmp_path / "from-json" / "dict.txt").read_bytes() == (long / "dict.txt").read_bytes()
-    rebuilt = SubwordSpec.spm(tmp_path / "from-json" / "sentencepiece.bpe.model", tmp_path / "from-json" / "dict.txt")
-    everything = [t for ts in texts.values() for t in ts]
-    ours = [ids.tolist() for ids, _ in rebuilt.load().encode_with_offsets(everything)]
-    theirs = Tokenizer.from_file(str(hf / "tokenizer.json"))  # HF's tokenizers runs the file itself
-    assert ours == [e.ids for e in theirs.encode_batch(everything, add_special_tokens=False)]
+    prep_ids_equal_tokenizer_json(tmp_path / "from-json", hf / "tokenizer.json", texts)
 
 
 def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
     """A window of 32 a side on 600 tokens of real text, and the tokenizer as prep takes it,
     from XLM-R's SentencePiece model or from HF's tokenizer.json alone."""
-    from tokenizers import Tokenizer
     from transformers import LongformerConfig, LongformerForMaskedLM
 
     tokenizer, texts = xlmr
@@ -189,11 +195,7 @@ def test_import_hf_takes_a_longformer_with_xlmr_sentencepiece(xlmr, tmp_path):
     # the SentencePiece model is rebuilt from it, and gives HF's ids.
     (hf / "sentencepiece.bpe.model").unlink()
     ok("import-hf", hf, "--out", tmp_path / "again")
-    rebuilt = SubwordSpec.spm(tmp_path / "again" / "sentencepiece.bpe.model", tmp_path / "again" / "dict.txt").load()
-    everything = [t for ts in texts.values() for t in ts]
-    theirs = Tokenizer.from_file(str(hf / "tokenizer.json"))  # HF's tokenizers runs the file itself
-    ours = [ids.tolist() for ids, _ in rebuilt.encode_with_offsets(everything)]
-    assert ours == [e.ids for e in theirs.encode_batch(everything, add_special_tokens=False)]
+    prep_ids_equal_tokenizer_json(tmp_path / "again", hf / "tokenizer.json", texts)
     assert (tmp_path / "again" / "dict.txt").read_bytes() == (tmp_path / "out" / "dict.txt").read_bytes()
     swapped = json.loads((hf / "tokenizer.json").read_text())
     swapped["model"]["vocab"][:2] = swapped["model"]["vocab"][1::-1]  # <pad> before <s>: not XLM-R's ids
