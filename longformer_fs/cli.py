@@ -83,6 +83,11 @@ COMMANDS = {
         "longformer_fs.commands.export_hf",
         "a longformer_roberta (masked LM or fine-tuned) or led checkpoint as an HF transformers model directory",
     ),
+    "export-onnx": (
+        "longformer_fs.commands.export_onnx",
+        "a longformer_roberta checkpoint (masked LM, classifier, QA) as one ONNX file for every batch, length and "
+        "global pattern",
+    ),
     "bench attention": (
         "longformer_fs.benchmarks.attention",
         "time and peak memory of every attention implementation against sequence length",
@@ -107,6 +112,10 @@ COMMANDS = {
     "bench import-hf": (
         "longformer_fs.benchmarks.import_hf",
         "seconds and peak memory of import-hf on a longformer-base-4096-shaped directory",
+    ),
+    "bench onnx": (
+        "longformer_fs.benchmarks.onnx",
+        "ms and peak memory of export-onnx's file in onnxruntime vs our eager model and HF's, at 512-16K tokens",
     ),
     "bench prep-docs": (
         "longformer_fs.benchmarks.prep_docs",

@@ -36,7 +36,7 @@ def global_token_index(global_mask: torch.Tensor, max_global: int | None = None)
     Args:
         global_mask: ``(B, T)`` bool.
         max_global: a static bound on the count per row, or None to use the largest
-            count of this batch. The count is data, so reading it stops
+            count of this batch (at least 1). The count is data, so reading it stops
             ``torch.compile``'s graph; a bound keeps every shape static (a row over it
             fails an asynchronous check).
 
@@ -46,12 +46,21 @@ def global_token_index(global_mask: torch.Tensor, max_global: int | None = None)
     """
     counts = global_mask.sum(dim=1)
     if max_global is None:
-        g = int(counts.max())
+        # At least one slot, so that the gathers of the global path always have a row to
+        # read: a traced or exported graph also serves batches without a global token.
+        g = counts.max().clamp(min=1).item()
+        if torch.compiler.is_exporting():
+            # An exported graph computes the count at run time: a size it may trust.
+            torch._check(g >= 1)
+            torch._check(g <= global_mask.shape[1])
     else:
         g = min(max_global, global_mask.shape[1])
         torch._assert_async((counts <= g).all(), "global_mask: a row has more global tokens than max_global")
-    # A stable sort on "is not global" lists each row's global positions first, in order.
-    index = torch.sort((~global_mask).to(torch.uint8), dim=1, stable=True).indices[:, :g]
+    # Sorting positions with every non-global one moved past the end lists each row's
+    # global positions first, in order (the keys are distinct: no stable sort, which ONNX lacks).
+    position = torch.arange(global_mask.shape[1], device=global_mask.device)
+    key = torch.where(global_mask, position, position + global_mask.shape[1])
+    index = torch.sort(key, dim=1).indices[:, :g]
     valid = torch.arange(g, device=global_mask.device)[None, :] < counts[:, None]
     return index.masked_fill(~valid, 0), valid
 
@@ -177,8 +186,6 @@ class LongformerSelfAttention(nn.Module):
     def _add_global(self, x, q, k, v, out, lse, glob, pad, dropout_p):
         """Merge the global-key columns into local rows, then overwrite global rows."""
         index, valid = global_token_index(glob, self.max_global)
-        if index.shape[1] == 0:  # traced without a global token in the batch
-            return out
         batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]
 
         # Local rows: the global keys, through the local projections. In causal mode a

@@ -63,14 +63,9 @@ def check_exportable(args, layers: int) -> list[int]:
     return list(windows)
 
 
-CLASSIFICATION_HEADS = "classification_heads."
-TOKEN_HEADS = "token_heads."
-
-
 def task_head(args, state: dict) -> tuple[type, dict, dict]:
     """The HF class for the checkpoint's head, its weights under HF names, and config settings."""
-    heads = sorted({k[len(CLASSIFICATION_HEADS) :].split(".")[0] for k in state if k.startswith(CLASSIFICATION_HEADS)})
-    tokens = sorted({k[len(TOKEN_HEADS) :].split(".")[0] for k in state if k.startswith(TOKEN_HEADS)})
+    heads, tokens = layout.task_heads(state)
     if any(name.startswith("hotpotqa_") for name in tokens):
         raise ExportError("checkpoint: a longformer_hotpotqa model; HF transformers has no HotpotQA head, not exported")
     if "coref" in tokens:  # the longformer_coref task's span model
@@ -78,7 +73,7 @@ def task_head(args, state: dict) -> tuple[type, dict, dict]:
     if len(heads) + len(tokens) > 1:
         raise ExportError(f"checkpoint: {len(heads) + len(tokens)} task heads ({heads + tokens}); an HF model has one")
     if heads:
-        prefix = f"{CLASSIFICATION_HEADS}{heads[0]}."
+        prefix = f"{layout.CLASSIFICATION_HEADS}{heads[0]}."
         if getattr(args, "pooler_activation_fn", "tanh") != "tanh":
             raise ExportError(
                 f"checkpoint: classification head with {args.pooler_activation_fn}; HF's Longformer head is tanh"
@@ -88,7 +83,7 @@ def task_head(args, state: dict) -> tuple[type, dict, dict]:
         }
         return LongformerForSequenceClassification, weights, {"num_labels": weights["classifier.out_proj.bias"].numel()}
     if tokens:
-        prefix = f"{TOKEN_HEADS}{tokens[0]}."
+        prefix = f"{layout.TOKEN_HEADS}{tokens[0]}."
         cls, name = (
             (LongformerForQuestionAnswering, "qa_outputs")
             if tokens[0] == QA_HEAD

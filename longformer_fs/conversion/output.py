@@ -10,6 +10,9 @@
   same source files (running a command again refreshes it); anything else needs
   ``--force``. The record ``OUT/COMMAND.json`` (the command's report, with the source
   files' names and sizes) is what tells an earlier output apart.
+
+``export-onnx`` writes one file, through :func:`guarded_file`: the same promise for a file
+``--out`` (written beside it, moved in whole; an existing file needs ``--force``).
 """
 
 from __future__ import annotations
@@ -86,9 +89,7 @@ def staged_output(out_dir: Path) -> Iterator[Path]:
     (``out_dir``'s missing parents) are removed again.
     """
     out_dir = Path(out_dir)
-    missing = [path for path in (out_dir, *out_dir.parents) if not path.exists()]  # nearest first
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with _parents_made_for(out_dir):
         with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as staging:
             yield Path(staging)
             out_dir.mkdir(exist_ok=True)
@@ -97,6 +98,39 @@ def staged_output(out_dir: Path) -> Iterator[Path]:
                 if target.is_dir() and not target.is_symlink():
                     shutil.rmtree(target)
                 os.replace(path, target)
+
+
+@contextlib.contextmanager
+def guarded_file(out: Path, force: bool = False) -> Iterator[Path]:
+    """A path to write the file ``out`` at, beside it; moved to ``out`` on leaving
+    without an error, removed on an error (with the folders made for it).
+
+    Raises:
+        FileExistsError: ``out`` exists and ``force`` is not set, or is a directory.
+    """
+    out = Path(out)
+    if out.is_dir():
+        raise FileExistsError(f"--out: {out} is a directory; give the file to write")
+    if out.exists() and not force:
+        raise FileExistsError(f"--out: {out} already exists; choose another file or pass --force to replace it")
+    with _parents_made_for(out):
+        descriptor, staged = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+        os.close(descriptor)
+        try:
+            yield Path(staged)
+            os.replace(staged, out)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
+
+
+@contextlib.contextmanager
+def _parents_made_for(out: Path) -> Iterator[None]:
+    """Make ``out``'s missing parents; remove them again if the block fails."""
+    missing = [path for path in (out, *out.parents) if not path.exists()]  # nearest first
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
     except BaseException:
         for path in missing:
             with contextlib.suppress(OSError):  # not empty: not ours to remove

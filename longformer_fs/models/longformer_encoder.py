@@ -166,7 +166,8 @@ class LongformerTransformerEncoder(TransformerEncoder):
         """``(B, T)`` bool: the configured global tokens of this batch, or None."""
         if not self.global_token_ids.numel():
             return None
-        mask = torch.isin(src_tokens, self.global_token_ids.to(src_tokens.device))
+        # A comparison with each of the few ids, not torch.isin, which ONNX lacks.
+        mask = (src_tokens[..., None] == self.global_token_ids.to(src_tokens.device)).any(dim=-1)
         if self.first_only:
             mask = mask & (mask.cumsum(dim=1) == 1)
         return mask

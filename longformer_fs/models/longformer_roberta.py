@@ -45,12 +45,24 @@ TOKEN_EMBEDDINGS = SENTENCE_ENCODER + "embed_tokens.weight"
 POSITIONS = SENTENCE_ENCODER + "embed_positions.weight"
 EMBEDDING_NORM = SENTENCE_ENCODER + "layernorm_embedding."
 LM_HEAD = "encoder.lm_head."
+CLASSIFICATION_HEADS = "classification_heads."
+TOKEN_HEADS = "token_heads."
 _LAYER_QUERY = re.compile(r"^" + re.escape(LAYERS) + r"(\d+)\.self_attn\.q_proj\.weight$")
 
 
 def encoder_layers(state_dict: dict) -> int:
     """How many encoder layers (with self-attention) a RoBERTa-style state dict holds."""
     return len({m.group(1) for k in state_dict if (m := _LAYER_QUERY.match(k))})
+
+
+def task_heads(state_dict: dict) -> tuple[list[str], list[str]]:
+    """The names of the classification heads and of the token heads a state dict holds,
+    each sorted (none of either: the masked-LM head alone)."""
+
+    def names(prefix: str) -> list[str]:
+        return sorted({k[len(prefix) :].split(".")[0] for k in state_dict if k.startswith(prefix)})
+
+    return names(CLASSIFICATION_HEADS), names(TOKEN_HEADS)
 
 
 class LongformerRobertaEncoder(RobertaEncoder):
@@ -188,7 +200,7 @@ class LongformerRobertaModel(FromPretrained, RobertaModel):
             )
         # Token heads the checkpoint lacks (fine-tuning starts) keep their new weights;
         # heads of another task in the checkpoint are left out.
-        heads = prefix + "token_heads."
+        heads = prefix + TOKEN_HEADS
         registered = self.token_heads.state_dict()
         for key in [k for k in state_dict if k.startswith(heads)]:
             if key[len(heads) :] not in registered:

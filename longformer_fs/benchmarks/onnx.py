@@ -1,0 +1,145 @@
+"""``longformer-fs bench onnx``: the exported file in onnxruntime against PyTorch.
+
+Three ways of running one ``longformer_roberta_base``-shaped QA model (12 layers, width
+768, window 256 a side, untrained weights) forward on one sequence with one global token:
+the file ``export-onnx`` writes, in onnxruntime on the CPU; our eager PyTorch model on the
+``kernel`` backend; and HF's eager ``LongformerForQuestionAnswering`` holding the same
+weights (the ``export-hf`` mapping). Each measurement runs in its own process; beside the
+median time it reports the memory the forward adds to the loaded model (the process's peak
+resident bytes, counted afresh once the model is loaded) and the loaded model's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..conversion.hf import export_longformer
+from ..onnx.export import trace
+from ..onnx.served import INPUTS, Head, ServedModel
+from . import int_list, write_results
+from .finetune import VOCAB, build_ours
+from .measure import median_time, run_isolated
+
+KINDS = {"onnxruntime": "onnxruntime (export-onnx's file)", "ours": "ours, eager (kernel backend)",
+         "hf": "HF LongformerModel, eager"}  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seq-lens", type=int_list, default=[512, 4096, 16384], help="comma-separated lengths")
+    parser.add_argument("--window", type=int, default=256, help="one-sided window (HF's attention_window is twice)")
+    parser.add_argument("--layers", type=int, default=None, help="override the depth (default: base, 12)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed forwards per measurement (median)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--out", type=Path, default=Path("bench_out/onnx"), help="directory for the file and results")
+
+
+def _model(window: int, layers: int | None, max_length: int) -> ServedModel:
+    torch.manual_seed(0)
+    return ServedModel(build_ours(window, layers, max_length), Head("qa")).eval()
+
+
+def _inputs(length: int) -> dict:
+    generator = np.random.default_rng(0)
+    ids = generator.integers(4, VOCAB - 1, size=(1, length))
+    ids[0, 0], ids[0, -1] = 0, 2
+    glob = np.zeros((1, length), dtype=np.int64)
+    glob[0, 0] = 1
+    return {"input_ids": ids.astype(np.int64), "attention_mask": np.ones_like(ids), "global_attention_mask": glob}
+
+
+def forward_measurement(kind: str, path: str, length: int, window: int, layers: int | None, max_length: int,
+                        repeat: int, ort_threads: int) -> dict:  # fmt: skip
+    """Median seconds of one forward of ``kind`` at ``length`` tokens, and the process's peak
+    resident bytes (run in a child process)."""
+    batch = _inputs(length)
+    if kind == "onnxruntime":
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = ort_threads
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+        def forward():
+            session.run(None, batch)
+    else:
+        served = _model(window, layers, max_length)
+        tensors = {name: torch.from_numpy(value) for name, value in batch.items()}
+        if kind == "hf":
+            model, _ = export_longformer(served.model.args, {"model": served.model.state_dict()})
+            model = model.eval()
+            del served
+
+            def forward():
+                with torch.inference_mode():
+                    model(**tensors)
+        else:
+
+            def forward():
+                with torch.inference_mode():
+                    served(*(tensors[name] for name in INPUTS))
+
+    gc.collect()
+    loaded = _reset_peak_rss()
+    seconds = median_time(forward, "cpu", repeat=repeat, warmup=1)
+    return {"ms": seconds * 1e3, "loaded_gib": loaded / 2**30, "forward_gib": (_status("VmHWM") - loaded) / 2**30}
+
+
+def _status(field: str) -> int:
+    """A byte count from ``/proc/self/status`` (``VmRSS``, ``VmHWM``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _reset_peak_rss() -> int:
+    """Start the process's peak resident memory afresh (Linux: ``clear_refs`` 5), so that
+    it measures what the forward adds to the loaded model, not the loading; the resident
+    bytes now."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status("VmRSS")
+
+
+def main(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    max_length = max(args.seq_lens)
+    path = args.out / "model.onnx"
+    start = time.perf_counter()
+    trace(_model(args.window, args.layers, max_length), max_length).save(str(path))
+    export_s = time.perf_counter() - start
+    print(f"exported a base-shaped QA model ({max_length} positions) in {export_s:.1f} s: {path}")
+    rows = {}
+    jobs = [(length, kind) for length in args.seq_lens for kind in KINDS]
+    for length, kind in tqdm(jobs, desc="bench onnx", unit="run"):
+        rows.setdefault(str(length), {})[kind] = run_isolated(
+            "longformer_fs.benchmarks.onnx:forward_measurement", args.threads, kind=kind, path=str(path), length=length,
+            window=args.window, layers=args.layers, max_length=max_length, repeat=args.repeat,
+            ort_threads=args.threads,
+        )  # fmt: skip
+    print(
+        f"one forward, batch 1, one global token: {args.layers or 12} layers x 768, window {args.window} a side; "
+        f"CPU, float32, {args.threads} thread(s); GiB: the peak resident memory the forward adds to the loaded model"
+    )
+    print(f"{'tokens':>7} " + " ".join(f"{kind:>24}" for kind in KINDS) + f" {'ORT/ours':>9} {'HF/ORT':>7}")
+    for length, row in rows.items():
+        cells = [
+            f"{r['error'][:24]:>24}" if "error" in r else f"{r['ms']:>9.0f} ms {r['forward_gib']:>6.2f} GiB"
+            for r in (row[kind] for kind in KINDS)
+        ]
+        ratios = ["", ""]
+        if not any("error" in r for r in row.values()):
+            row["ort_over_ours"] = row["onnxruntime"]["ms"] / row["ours"]["ms"]
+            row["hf_over_ort"] = row["hf"]["ms"] / row["onnxruntime"]["ms"]
+            ratios = [f"{row['ort_over_ours']:.2f}", f"{row['hf_over_ort']:.2f}"]
+        print(f"{length:>7} " + " ".join(cells) + f" {ratios[0]:>9} {ratios[1]:>7}")
+    print("targets: ORT faster than HF at 4096 (HF/ORT > 1), within 1.5x of ours (ORT/ours <= 1.5)")
+    settings = {k: str(v) for k, v in vars(args).items() if not k.startswith("_")}
+    write_results(args.out, {"export_s": export_s, "rows": rows, "settings": settings, "kinds": KINDS})
+    return 0

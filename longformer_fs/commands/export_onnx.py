@@ -1,0 +1,59 @@
+"""``longformer-fs export-onnx``: a fine-tuned longformer_roberta checkpoint as one ONNX file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .options import print_report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..onnx.export import DEFAULT_OPSET, DTYPES, TOLERANCE
+
+    parser.description = (
+        "Write a longformer_roberta checkpoint (masked LM, classifier from sentence_prediction, or QA model "
+        "from longformer_qa) as one ONNX file that serves every batch size, every length from 1 to the "
+        "model's positions and every global pattern, with no T x T tensor in the graph. Inputs, int64 "
+        "(batch, length), named as HF names them: input_ids, attention_mask (0 = padding), "
+        "global_attention_mask (1 = global; the model's own global tokens, such as a classifier's <s>, "
+        "are global too). Outputs: logits, or start_logits and end_logits. Before the file reaches OUT, "
+        "onnxruntime runs it against PyTorch on random inputs of several lengths, global patterns and "
+        "padding; a mismatch fails with the numbers and writes nothing. Serving needs onnxruntime and "
+        "numpy only (docs/deploy.md)."
+    )
+    parser.add_argument("checkpoint", type=Path, help="a longformer_roberta checkpoint (.pt)")
+    parser.add_argument("--out", type=Path, required=True, help="the ONNX file to write, e.g. model.onnx")
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float32",
+        help="weights and activations of the graph (the attention's softmax runs in float32 either way); "
+        f"the self-check allows {TOLERANCE['float32']:.0e} (float32) or {TOLERANCE['float16']:.0e} (float16) "
+        "of the largest output",
+    )
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="the ONNX opset to write")
+    parser.add_argument("--force", action="store_true", help="replace an existing OUT")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..onnx.export import export_onnx
+
+    report = export_onnx(args.checkpoint, args.out, args.dtype, args.opset, args.force)
+    return print_report(report, args.json, _summary)
+
+
+def _summary(report: dict):
+    check = report["self_check"]
+    yield (
+        f"exported {report['checkpoint']} -> {report['output']} ({report['head']}, {report['dtype']}, "
+        f"opset {report['opset']}, {report['megabytes']} MB, {report['export_seconds']} s)"
+    )
+    yield f"  inputs: {', '.join(report['inputs'])} (int64, [batch, length]; length 1 to {report['max_length']})"
+    yield f"  outputs: {', '.join(report['outputs'])}"
+    yield (
+        f"  self-check: onnxruntime = PyTorch within {check['max_difference']:.1e} of the largest output "
+        f"(tolerance {check['tolerance']:.0e}) at lengths {', '.join(map(str, check['lengths']))}, "
+        f"global {'/'.join(check['patterns'])}, a padded batch of 2"
+    )

@@ -1,0 +1,228 @@
+"""``export-onnx``: a ``longformer_roberta`` checkpoint as one ONNX file that serves every
+batch size, every length up to the model's positions and every global pattern.
+
+How: the model (:class:`~.served.ServedModel`) is traced by ``torch.export`` with a
+dynamic batch and length, its attention on the ``kernel`` backend, whose op is opaque to
+the trace and becomes ONNX operators through :mod:`.band`; the global tokens' count is a
+size the graph computes at run time. torch's ONNX exporter writes the file. Before the
+file reaches ``--out`` it is run by onnxruntime against the PyTorch model on random
+inputs of several lengths, global patterns and padding (:func:`self_check`): a file that
+disagrees never lands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..checkpoint_files import model_config, model_name, read_checkpoint
+from ..conversion.output import guarded_file
+from ..evaluation.checkpoint import dictionary_data, load_model
+from ..models.longformer_roberta import task_heads
+from ..tasks.qa import QA_HEAD
+from .band import TRANSLATIONS
+from .served import INPUTS, Head, ServedModel
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16}
+# How far onnxruntime may be from the float32 PyTorch model, relative to the largest
+# output (float16 rounds each of the model's steps to 3 significant digits).
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
+DEFAULT_OPSET = 18
+
+
+class OnnxExportError(ValueError):
+    """The checkpoint cannot be served as ONNX, or its file disagrees with PyTorch."""
+
+
+def served_head(state: dict, checkpoint: Path) -> Head:
+    """The head a checkpoint's graph ends in, or :class:`OnnxExportError` naming the one it has."""
+    name = str(model_name(model_config(state)))
+    if not name.startswith("longformer_roberta"):
+        raise OnnxExportError(
+            f"checkpoint: {checkpoint} is a {name!r} model; export-onnx takes longformer_roberta checkpoints "
+            "(masked LM, classification or QA)"
+        )
+    heads, tokens = task_heads(state["model"])
+    if len(heads) + len(tokens) > 1:
+        raise OnnxExportError(
+            f"checkpoint: {checkpoint} has {len(heads) + len(tokens)} task heads ({', '.join(heads + tokens)}); "
+            "export-onnx serves one: the masked-LM, a classification or the QA head"
+        )
+    if heads:
+        return Head("classification", heads[0])
+    if tokens == [QA_HEAD]:
+        return Head("qa")
+    if tokens:
+        raise OnnxExportError(
+            f"checkpoint: {checkpoint} ends in the {tokens[0]!r} head (a WikiHop, HotpotQA or coreference model); "
+            "export-onnx serves the masked-LM, classification and QA heads"
+        )
+    return Head("masked_lm")
+
+
+@dataclass
+class Exported:
+    """A checkpoint's model ready to export, and what the report says of it."""
+
+    served: ServedModel
+    head: Head
+    max_length: int
+    window: list[int]
+
+
+def load_served(checkpoint: Path, dtype: str = "float32") -> Exported:
+    """The checkpoint's model as the graph serves it, on CPU in ``dtype``."""
+    checkpoint = Path(checkpoint)
+    state = read_checkpoint(checkpoint)
+    head = served_head(state, checkpoint)
+    with dictionary_data(checkpoint, state) as (directory, overrides):
+        model, _ = load_model(checkpoint, directory, "cpu", overrides, state)
+    served = ServedModel(model, head).eval().to(DTYPES[dtype])
+    encoder = served.encoder
+    dilations = sorted({d for attention in encoder.attention_modules() for d in attention.dilations})
+    if dilations != [1]:
+        raise OnnxExportError(
+            f"checkpoint: {checkpoint} has dilated heads (dilations {dilations}), which the ONNX lowering "
+            "does not compute yet"
+        )
+    return Exported(served, head, encoder.max_positions(), [a.window for a in encoder.attention_modules()])
+
+
+def export_onnx(
+    checkpoint: Path, out: Path, dtype: str = "float32", opset: int = DEFAULT_OPSET, force: bool = False
+) -> dict:
+    """Write ``checkpoint``'s model to the ONNX file ``out`` (:mod:`this module <.export>`).
+
+    Returns:
+        The report: head, inputs and outputs, lengths served, the self-check's figures.
+
+    Raises:
+        FileExistsError: ``out`` exists and ``force`` is not set.
+        OnnxExportError: a checkpoint that cannot be served, or a self-check mismatch.
+        CheckpointError: an unreadable checkpoint.
+    """
+    if dtype not in DTYPES:
+        raise OnnxExportError(f"--dtype: {dtype!r}; choose one of {', '.join(DTYPES)}")
+    with guarded_file(out, force) as staged:
+        start = time.perf_counter()
+        exported = load_served(checkpoint, dtype)
+        program = trace(exported.served, exported.max_length, opset)
+        program.save(str(staged))
+        seconds = time.perf_counter() - start
+        reference = load_served(checkpoint).served if dtype != "float32" else exported.served
+        check = self_check(staged, reference, exported.max_length, exported.window, TOLERANCE[dtype])
+    return {
+        "checkpoint": str(checkpoint),
+        "output": str(out),
+        "head": exported.head.kind + (f" ({exported.head.name})" if exported.head.name else ""),
+        "inputs": list(INPUTS),
+        "outputs": list(exported.head.outputs),
+        "dtype": dtype,
+        "opset": opset,
+        "max_length": exported.max_length,
+        "export_seconds": round(seconds, 1),
+        "megabytes": round(Path(out).stat().st_size / 2**20, 1),
+        "self_check": check,
+    }
+
+
+def trace(served: ServedModel, max_length: int, opset: int = DEFAULT_OPSET):
+    """The ONNX program of ``served`` with a dynamic batch and a length from 1 to ``max_length``."""
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    length = torch.export.Dim("length", min=1, max=max_length)
+    example = example_inputs(served, batch=2, length=min(max_length, 50), pattern="some", padded=True)
+    with _quiet_exporter():
+        return torch.onnx.export(
+            served,
+            tuple(torch.from_numpy(example[name]) for name in INPUTS),
+            input_names=list(INPUTS),
+            output_names=list(served.head.outputs),
+            dynamic_shapes={name: {0: batch, 1: length} for name in INPUTS},
+            custom_translation_table=TRANSLATIONS,
+            opset_version=opset,
+            dynamo=True,
+            verbose=False,
+        )
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """torch's exporter warns of what does not concern a user here (torchvision's ops it
+    skips, axis names it merges, the per-batch global masks the layers hold): the command's
+    output stays its own."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+
+
+def example_inputs(served: ServedModel, batch: int, length: int, pattern: str, padded: bool, seed: int = 0) -> dict:
+    """Random ``{input name: int64 array (batch, length)}``: tokens of the model's
+    vocabulary, rows after the first padded past half their length when ``padded``, and
+    ``pattern`` of global tokens: ``none``, ``one`` (the first), ``some`` (every 5th) or
+    ``all``."""
+    generator = np.random.default_rng(seed)
+    dictionary = served.encoder.dictionary
+    ids = generator.integers(dictionary.nspecial, len(dictionary), size=(batch, length))
+    ids[:, 0] = dictionary.bos()
+    attention = np.ones((batch, length), dtype=np.int64)
+    if padded:
+        attention[1:, length // 2 + 1 :] = 0
+        ids[attention == 0] = dictionary.pad()
+    glob = np.zeros((batch, length), dtype=np.int64)
+    glob[:, {"none": slice(0), "one": slice(0, 1), "some": slice(None, None, 5), "all": slice(None)}[pattern]] = 1
+    return {"input_ids": ids.astype(np.int64), "attention_mask": attention, "global_attention_mask": glob}
+
+
+def check_lengths(max_length: int, windows: list[int]) -> list[int]:
+    """Lengths the self-check runs: 1, past the widest window and not a multiple of it,
+    and a longer one, within ``max_length``."""
+    w = max(windows)
+    return sorted({min(n, max_length) for n in (1, 2 * w + 3, 6 * w + 7)})
+
+
+def self_check(path: Path, served: ServedModel, max_length: int, windows: list[int], tolerance: float) -> dict:
+    """Run the file in onnxruntime against ``served`` (float32 PyTorch) on random inputs.
+
+    Returns:
+        ``{"lengths", "patterns", "max_difference", "tolerance"}``, the difference relative
+        to the largest output.
+
+    Raises:
+        OnnxExportError: an output further than ``tolerance`` from PyTorch's, with the numbers.
+    """
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst, lengths, patterns = 0.0, check_lengths(max_length, windows), ("none", "one", "some", "all")
+    for length in lengths:
+        for pattern in patterns:
+            inputs = example_inputs(served, batch=2, length=length, pattern=pattern, padded=True, seed=length)
+            got = session.run(None, inputs)
+            with torch.no_grad():
+                want = served(*(torch.from_numpy(inputs[name]) for name in INPUTS))
+            want = [w.float().numpy() for w in (want if isinstance(want, tuple) else (want,))]
+            for output, (g, w) in zip(served.head.outputs, zip(got, want, strict=True), strict=True):
+                difference = float(np.abs(g.astype(np.float32) - w).max() / max(1.0, float(np.abs(w).max())))
+                if not difference <= tolerance:  # a NaN fails too
+                    raise OnnxExportError(
+                        f"self-check: onnxruntime's {output} differs from PyTorch's by {difference:.2e} of its "
+                        f"largest value (tolerance {tolerance:.0e}) at length {length}, global pattern {pattern!r}; "
+                        "nothing written"
+                    )
+                worst = max(worst, difference)
+    return {"lengths": lengths, "patterns": list(patterns), "max_difference": worst, "tolerance": tolerance}

@@ -1,0 +1,187 @@
+"""export-onnx: fine-tuned Longformers as one ONNX file that serves every length.
+
+The models are built by transformers itself (tests/hf_models.py: weights moved far from
+their initialisation, a RoBERTa-style BPE) and brought in with import-hf; the oracle is
+HF's own PyTorch model, in float32, given the same input_ids, attention_mask and
+global_attention_mask. One exported file per model serves every check: lengths from 1 to
+above 2,000, none of them a multiple of the windows (8 and 16 a side), 0, 1, many and all
+tokens global, a padded batch of 2.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from helpers import assert_refused_in_one_line, fails, ok
+from hf_models import english, save_model, scaled, train_tokenizer, vocab_size
+
+POSITIONS = 16384
+LENGTHS = [1, 7, 333, 2050]
+PATTERNS = ["none", "one", "many", "all"]
+TOL = 1e-4  # of the largest output, float32
+HEADS = {"mlm": "LongformerForMaskedLM", "qa": "LongformerForQuestionAnswering",
+         "classification": "LongformerForSequenceClassification"}  # fmt: skip
+
+
+def hf_model(kind: str, tokenizer):
+    import transformers
+    from transformers import LongformerConfig
+
+    config = LongformerConfig(vocab_size=vocab_size(tokenizer), hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=64, attention_window=[16, 32],
+                              max_position_embeddings=POSITIONS + 2, layer_norm_eps=1e-5, type_vocab_size=1,
+                              hidden_act="gelu", num_labels=3 if kind == "classification" else 2)  # fmt: skip
+    return scaled(getattr(transformers, HEADS[kind])(config))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """``{kind: (HF model, model.onnx, export report)}`` for the three heads export-onnx serves."""
+    root = tmp_path_factory.mktemp("onnx_export")
+    tokenizer = train_tokenizer(english(), root / "tokenizer", 600)
+    models = {}
+    for kind in HEADS:
+        theirs = hf_model(kind, tokenizer)
+        save_model(theirs, tokenizer, root / kind)
+        ok("import-hf", root / kind, "--out", root / f"{kind}_ckpt")
+        report = json.loads(ok("export-onnx", root / f"{kind}_ckpt" / "model.pt", "--out", root / f"{kind}.onnx",
+                               "--json"))  # fmt: skip
+        models[kind] = theirs, root / f"{kind}.onnx", report
+    return models
+
+
+def inputs(vocab: int, length: int, pattern: str, seed: int = 0) -> dict:
+    """A batch of 2 in HF's names: ``<s>`` first, row 1 padded past half its length."""
+    generator = np.random.default_rng(seed)
+    ids = generator.integers(5, vocab - 1, size=(2, length))
+    ids[:, 0] = 0
+    attention = np.ones((2, length), dtype=np.int64)
+    attention[1, length // 2 + 1 :] = 0
+    ids[attention == 0] = 1
+    glob = np.zeros((2, length), dtype=np.int64)
+    glob[:, {"none": slice(0), "one": slice(0, 1), "many": slice(None, None, 3), "all": slice(None)}[pattern]] = 1
+    return {"input_ids": ids, "attention_mask": attention, "global_attention_mask": glob}
+
+
+def hf_outputs(model, batch: dict) -> list[np.ndarray]:
+    """HF's outputs; a classifier's ``<s>`` is global whatever the mask says, as it is in the
+    imported model (``--global-attention-tokens '<s>'``) and in HF's own default."""
+    tensors = {name: torch.from_numpy(value) for name, value in batch.items()}
+    if model.config.architectures and "SequenceClassification" in model.config.architectures[0]:
+        tensors["global_attention_mask"] = tensors["global_attention_mask"] | (tensors["input_ids"] == 0)
+    with torch.no_grad():
+        out = model(**tensors)
+    if hasattr(out, "start_logits"):
+        return [out.start_logits.numpy(), out.end_logits.numpy()]
+    return [out.logits.numpy()]
+
+
+def assert_close(got: list[np.ndarray], want: list[np.ndarray], batch: dict, tolerance: float) -> None:
+    """Equal on the real tokens (padded ones are HF's own business), to ``tolerance`` of the
+    largest output."""
+    real = batch["attention_mask"] == 1
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        g, w = (g[real], w[real]) if g.ndim >= 2 and g.shape[:2] == real.shape else (g, w)
+        scale = max(1.0, float(np.abs(w).max()))
+        assert float(np.abs(g.astype(np.float32) - w).max()) <= tolerance * scale
+
+
+@pytest.mark.parametrize("kind", list(HEADS))
+def test_one_file_equals_hf_at_every_length_and_global_pattern(exported, kind):
+    import onnxruntime
+
+    theirs, path, report = exported[kind]
+    assert report["max_length"] == POSITIONS and report["self_check"]["max_difference"] <= TOL
+    session = onnxruntime.InferenceSession(str(path))
+    assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "global_attention_mask"]
+    assert [o.name for o in session.get_outputs()] == report["outputs"]
+    for length in LENGTHS:
+        for pattern in PATTERNS:
+            batch = inputs(theirs.config.vocab_size, length, pattern, seed=length)
+            assert_close(session.run(None, batch), hf_outputs(theirs, batch), batch, TOL)
+    assert np.abs(hf_outputs(theirs, batch)[0]).max() > 1  # far from a fresh model's near-zero outputs
+
+
+def test_float16_export_is_within_1e_2(exported, tmp_path):
+    import onnxruntime
+
+    theirs, path, _ = exported["qa"]
+    checkpoint = path.parent / "qa_ckpt" / "model.pt"
+    report = json.loads(ok("export-onnx", checkpoint, "--out", tmp_path / "qa16.onnx", "--dtype", "float16", "--json"))
+    assert report["dtype"] == "float16"
+    session = onnxruntime.InferenceSession(str(tmp_path / "qa16.onnx"))
+    for length, pattern in ((9, "one"), (700, "many")):
+        batch = inputs(theirs.config.vocab_size, length, pattern)
+        assert_close(session.run(None, batch), hf_outputs(theirs, batch), batch, 1e-2)
+
+
+SERVE = """
+    import re, sys
+    import numpy as np
+    import onnxruntime
+
+    batch = dict(np.load(sys.argv[2]))
+    session = onnxruntime.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+    np.save(sys.argv[3], session.run(None, batch)[0])
+    assert not any(name.split(".")[0] in ("torch", "longformer_fs", "fairseq") for name in sys.modules)
+    print(int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read())[1]) * 1024)  # peak resident
+"""
+
+
+def serve(path, batch: dict, tmp_path) -> tuple[np.ndarray, int]:
+    """The file run by a fresh interpreter that imports only onnxruntime and numpy: its first
+    output and the process's peak resident bytes."""
+    np.savez(tmp_path / "batch.npz", **batch)
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(SERVE), str(path), str(tmp_path / "batch.npz"),
+                             str(tmp_path / "out.npy")], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    return np.load(tmp_path / "out.npy"), int(result.stdout.split()[-1])
+
+
+def test_a_process_without_torch_serves_16k_tokens_in_linear_memory(exported, tmp_path):
+    """At 16,384 tokens one float32 T x T tensor would be 1 GiB; the whole process stays far
+    below, and 4x the length costs well under 16x the memory."""
+    theirs, path, _ = exported["classification"]
+    got, _ = serve(path, inputs(theirs.config.vocab_size, 300, "one"), tmp_path)
+    batch = inputs(theirs.config.vocab_size, 300, "one")
+    assert_close([got], hf_outputs(theirs, batch), batch, TOL)
+    peaks = {}
+    for length in (4096, POSITIONS):
+        long = {name: value[:1] for name, value in inputs(theirs.config.vocab_size, length, "one").items()}
+        _, peaks[length] = serve(path, long, tmp_path)
+    print({n: f"{p / 2**20:.0f} MiB" for n, p in peaks.items()})
+    assert peaks[POSITIONS] < 2**30 * 0.75
+    assert peaks[POSITIONS] < 4 * peaks[4096]
+
+
+def test_a_self_check_mismatch_fails_with_the_numbers(exported):
+    """A file that disagrees with PyTorch is refused: here the PyTorch side is moved after export."""
+    from longformer_fs.onnx.export import OnnxExportError, load_served, self_check
+
+    _, path, _ = exported["mlm"]
+    served = load_served(path.parent / "mlm_ckpt" / "model.pt")
+    with torch.no_grad():
+        served.served.model.encoder.lm_head.bias.add_(1.0)
+    with pytest.raises(OnnxExportError, match=r"self-check: onnxruntime's logits differs from PyTorch's by \d"):
+        self_check(path, served.served, served.max_length, served.window, TOL)
+
+
+def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported, led_hub, tmp_path):
+    _, path, _ = exported["mlm"]
+    checkpoint = path.parent / "mlm_ckpt" / "model.pt"
+    out = tmp_path / "model.onnx"
+    out.write_bytes(b"an earlier file")
+    assert "already exists" in fails("export-onnx", checkpoint, "--out", out)
+    assert out.read_bytes() == b"an earlier file"
+
+    ok("import-hf", led_hub, "--out", tmp_path / "led")
+    message = fails("export-onnx", tmp_path / "led" / "model.pt", "--out", tmp_path / "led.onnx")
+    assert "is a 'led" in message and "longformer_roberta" in message and not (tmp_path / "led.onnx").exists()
+    assert_refused_in_one_line(tmp_path, ["export-onnx", "{checkpoint}", "--out", str(tmp_path / "new" / "m.onnx")],
+                               tmp_path / "bad", checkpoint)  # fmt: skip
+    assert not (tmp_path / "new").exists()
