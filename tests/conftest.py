@@ -54,6 +54,7 @@ START_FIRST = (
     "journeys/test_journey_finetune.py",  # 130
     "finetune/test_finetune.py",  # 125
     "training/test_distributed.py",  # 120
+    "onnx/test_export_onnx.py",  # 110 (four exports, about 25 s each)
     "finetune/test_coref.py",  # 100
     "journeys/test_journey_summarization.py",  # 85
     "journeys/test_journey_mlm.py",  # 80
@@ -61,6 +62,7 @@ START_FIRST = (
     "summarization/test_led.py",  # 50
     "test_plugin.py",  # 50
     "journeys/test_journey_char_lm.py",  # 50
+    "journeys/test_journey_deploy.py",  # 45
     "journeys/test_journey_triviaqa.py",  # 40
     "test_demo.py",  # 40
     "attention/test_flex_backend.py",  # 40

@@ -4,7 +4,7 @@ SequenceGenerator (greedy, seeded sampling, beam search with reordered caches); 
 ``longformer-fs sample`` write with it."""
 
 import torch
-from helpers import cli
+from helpers import assert_refused_in_one_line, cli
 
 from longformer_fs import from_pretrained
 from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
@@ -96,3 +96,9 @@ def test_sample_writes_the_continuation_and_the_command_prints_it(tiny_char_lm):
     assert result.stdout == hub.sample("the cat ", 30, top_k=3, seed=7) + "\n"
     beam = cli("sample", tiny_char_lm[0], "--prompt", "the cat ", "--max-new", "10", "--greedy", "--beam", "3")
     assert beam.returncode == 0 and len(beam.stdout) == 11
+
+
+def test_sample_refuses_an_unreadable_checkpoint_in_one_line(tiny_char_lm, tmp_path):
+    """A truncated checkpoint, and one whose pickle would run code: one line, nothing run."""
+    assert_refused_in_one_line(tmp_path, ["sample", "{checkpoint}", "--prompt", "the ", "--max-new", "5"],
+                               tmp_path / "bad", tiny_char_lm[0])  # fmt: skip

@@ -5,7 +5,7 @@ ids, features (with and without global attention), fill_mask probabilities and Q
 import pytest
 import torch
 from helpers import ok
-from hf_models import save_model, scaled
+from hf_models import save_model, scaled, vocab_size
 
 from longformer_fs import from_pretrained
 from longformer_fs.evaluation.qa_spans import best_span
@@ -94,3 +94,25 @@ def test_a_qa_model_answers_as_hf_does(hub_tokenizer, tmp_path):
 def test_only_a_qa_model_answers(masked_lm):
     with pytest.raises(ValueError, match="a longformer_qa model answers"):
         masked_lm[0].answer("Which gate?", "The red gate.")
+
+
+def test_predict_gives_hfs_classifier_logits_with_its_first_token_global(hub_tokenizer, tmp_path):
+    """A classifier's ``<s>`` is global by default, as HF's own classifier makes it."""
+    from transformers import LongformerConfig, LongformerForSequenceClassification
+
+    config = LongformerConfig(vocab_size=vocab_size(hub_tokenizer), hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=64, attention_window=[8, 8],
+                              max_position_embeddings=130, layer_norm_eps=1e-5, type_vocab_size=1,
+                              num_labels=3)  # fmt: skip
+    theirs = scaled(LongformerForSequenceClassification(config))
+    save_model(theirs, hub_tokenizer, tmp_path / "hf")
+    ok("import-hf", tmp_path / "hf", "--out", tmp_path / "ours")
+    hub = from_pretrained(tmp_path / "ours")
+    tokens = hub.encode(TEXT)
+    with torch.no_grad():
+        expected = theirs(tokens[None]).logits  # HF makes <s> global when given no mask
+        logits = hub.predict("sentence_classification_head", tokens, return_logits=True)
+        torch.testing.assert_close(logits, expected, **TOL)
+        local_only = theirs(tokens[None], global_attention_mask=torch.zeros_like(tokens)[None]).logits
+        assert not torch.allclose(logits, local_only, **TOL)  # the default mattered
+        torch.testing.assert_close(hub.predict("sentence_classification_head", tokens), expected.log_softmax(-1), **TOL)
