@@ -279,6 +279,11 @@ def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens
         state.update(_fresh_lm_head(tokens))
         head = "none"
     if "qa_outputs.weight" in tensors:
+        # A QA head scores each token as a start and as an end; with other outputs, the
+        # longformer_qa task could not load the model it names.
+        outputs = tensors["qa_outputs.weight"].shape[0]
+        if outputs != 2:
+            raise config.unsupported("num_labels", f"a QA head has 2 outputs (start, end), this one {outputs}")
         for p in hf_layout.PARAMS:
             state[f"token_heads.{QA_HEAD}.{p}"] = weights.take(f"qa_outputs.{p}")
         settings["global_attention_from_data"] = True

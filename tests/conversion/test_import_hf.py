@@ -376,7 +376,14 @@ def test_a_gpt2_numbered_tokenizer_comes_back_as_gpt2s_files(tmp_path):
 
 
 def test_bad_input_is_one_line_naming_the_file_and_out_is_left_as_it_was(tokenizer, tmp_path):
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LongformerForMaskedLM
+    from transformers import (
+        BertConfig,
+        BertModel,
+        GPT2Config,
+        GPT2Model,
+        LongformerForMaskedLM,
+        LongformerForQuestionAnswering,
+    )
 
     good = save_model(scaled(LongformerForMaskedLM(longformer_config(tokenizer))), tokenizer, tmp_path / "good")
     out = tmp_path / "out"
@@ -427,6 +434,8 @@ def test_bad_input_is_one_line_naming_the_file_and_out_is_left_as_it_was(tokeniz
     assert "attention_window = [4, 7]" in refused(variant("odd", edit_config(attention_window=[4, 7])))
     assert "pad_token_id = 0" in refused(variant("pad", edit_config(pad_token_id=0)))
     assert 'hidden_act = "quick_gelu"' in refused(variant("act", edit_config(hidden_act="quick_gelu")))
+    three = LongformerForQuestionAnswering(longformer_config(tokenizer, num_labels=3))  # start, end and a third
+    assert "a QA head has 2 outputs (start, end), this one 3" in refused(save_model(three, tokenizer, tmp_path / "qa3"))
 
     other = save_model(scaled(LongformerForMaskedLM(longformer_config(tokenizer)), seed=7), tokenizer, tmp_path / "o")
     assert "already holds an import of" in refused(other) and "--force" in refused(other)
