@@ -114,13 +114,13 @@ def write_vocab_merges(tokenizer_dir: Path, out: Path) -> None:
     (out / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges))
 
 
-def scaled(model, seed: int = 0):
-    """``model`` with every parameter moved by N(0, 0.5^2) noise, far from its initialisation
+def scaled(model, seed: int = 0, std: float = 0.5):
+    """``model`` with every parameter moved by N(0, std^2) noise, far from its initialisation
     (zero biases and unit layer norms would hide a swapped or dropped tensor), in eval mode."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.5)
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * std)
     return model.eval()
 
 
