@@ -20,6 +20,11 @@ COMMANDS = {
         "longformer_fs.commands.check",
         "verify the compiled kernels on this device (GPU) against float64; auto trusts CUDA kernels only after it",
     ),
+    "report": (
+        "longformer_fs.report",
+        "what longformer-fs does on this machine (GPU): verify, attention speed, end to end, recipes, longest "
+        "document; report.md and report.json",
+    ),
     "demo": ("longformer_fs.commands.demo", "the 5-phase character-LM recipe at toy scale on a generated corpus"),
     "prep text8": ("longformer_fs.commands.prep_char", "text8 as a byte-level fairseq dataset (90M/5M/5M)"),
     "prep enwik8": ("longformer_fs.commands.prep_char", "enwik8 as a byte-level fairseq dataset (90M/5M/5M)"),

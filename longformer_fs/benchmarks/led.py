@@ -42,8 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_out/led"), help="directory for results.json")
 
 
-def build(kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None):
-    """An untrained ``led_base``- or ``bart_base``-shaped model for these lengths."""
+def build(
+    kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None,
+    checkpoint_activations: bool = False,
+):  # fmt: skip
+    """An untrained ``led_base``- or ``bart_base``-shaped model for these lengths (with
+    ``checkpoint_activations``, its layers recompute their activations in the backward)."""
     dictionary = Dictionary()
     for i in range(VOCAB - len(dictionary)):
         dictionary.add_symbol(str(i))
@@ -54,6 +58,7 @@ def build(kind: str, source_len: int, target_len: int, window: int, layers: int 
         attention_dropout=0.0,
         share_all_embeddings=True,
         attention_window=str(window),
+        checkpoint_activations=checkpoint_activations,
     )
     if layers:
         args.encoder_layers = args.decoder_layers = layers
@@ -71,11 +76,11 @@ def build(kind: str, source_len: int, target_len: int, window: int, layers: int 
 
 def step_measurement(
     kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None, repeat: int,
-    device: str = "cpu", precision: str = "fp32",
+    device: str = "cpu", precision: str = "fp32", checkpoint_activations: bool = False,
 ) -> dict:  # fmt: skip
     """Seconds and peak bytes of one training step (run in a child process)."""
     torch.manual_seed(0)
-    model = build(kind, source_len, target_len, window, layers, width).to(device).train()
+    model = build(kind, source_len, target_len, window, layers, width, checkpoint_activations).to(device).train()
     src = torch.randint(4, VOCAB, (1, source_len))
     src[0, 0], src[0, -1] = BOS, EOS
     tgt = torch.randint(4, VOCAB, (1, target_len))
@@ -92,6 +97,25 @@ def step_measurement(
     seconds = median_time(step, device, repeat=repeat, warmup=1 if torch.device(device).type == "cuda" else 0)
     peak = peak_memory_bytes(step, device)
     return {"step_s": seconds, "tokens_per_s": source_len / seconds, "peak_gib": peak / 2**30}
+
+
+def encoder_measurement(
+    source_len: int, window: int, layers: int | None, width: int | None, device: str = "cpu", precision: str = "fp32"
+) -> dict:
+    """Seconds and peak bytes of LED's encoder reading one document, in inference."""
+    torch.manual_seed(0)
+    model = build("led", source_len, 8, window, layers, width).to(device).eval()
+    src = torch.randint(4, VOCAB, (1, source_len))
+    src[0, 0], src[0, -1] = BOS, EOS
+    src, lengths = src.to(device), torch.tensor([source_len], device=device)
+
+    def read():
+        with torch.inference_mode(), autocast(device, precision):
+            model.encoder(src, src_lengths=lengths)
+
+    seconds = median_time(read, device, repeat=1, warmup=1 if torch.device(device).type == "cuda" else 0)
+    peak = peak_memory_bytes(read, device)
+    return {"read_s": seconds, "tokens_per_s": source_len / seconds, "peak_gib": peak / 2**30}
 
 
 def main(args: argparse.Namespace) -> int:

@@ -114,6 +114,19 @@ def full_attention(model, context: int, steps: int, repeat: int, device: str) ->
     return {"chars_per_s": steps / seconds, "state_mib": held / MIB, "peak_mib": peak_memory_bytes(write, device) / MIB}
 
 
+def measure_context(ours, context: int, steps: int, repeat: int, device: str, phase: int) -> dict:
+    """One row: our decoder writing after ``context`` characters, incrementally and by
+    recomputing, and ``transformer_lm`` of its width and depth (built here)."""
+    with torch.inference_mode():
+        peer = transformer_lm(context + steps + 1, phase_settings("small", phase).model).to(device).eval()
+        return {
+            "context": context,
+            "incremental": incremental(ours, context, steps, repeat, device),
+            "recompute": recompute(ours, context, repeat, device),
+            "transformer_lm": full_attention(peer, context, steps, repeat, device),
+        }
+
+
 def main(args: argparse.Namespace) -> int:
     precision_of(args)  # writing text runs in float32 here: --fp16/--bf16 are refused off CUDA, ignored on it
     torch.set_num_threads(args.threads)
@@ -122,21 +135,9 @@ def main(args: argparse.Namespace) -> int:
     ours = ours.to(args.device).eval()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    with torch.inference_mode():
-        for context in tqdm(args.contexts, desc="bench sample", unit="context"):
-            peer = transformer_lm(context + args.steps + 1, phase_settings("small", args.phase).model)
-            rows.append(
-                {
-                    "context": context,
-                    "incremental": incremental(ours, context, args.steps, args.repeat, args.device),
-                    "recompute": recompute(ours, context, args.repeat, args.device),
-                    "transformer_lm": full_attention(
-                        peer.to(args.device).eval(), context, args.steps, args.repeat, args.device
-                    ),
-                }  # fmt: skip
-            )
-            del peer
-            (args.out / "partial.json").write_text(json.dumps(rows, indent=2))
+    for context in tqdm(args.contexts, desc="bench sample", unit="context"):
+        rows.append(measure_context(ours, context, args.steps, args.repeat, args.device, args.phase))
+        (args.out / "partial.json").write_text(json.dumps(rows, indent=2))
     print(
         f"writing one character, batch 1, {args.device}, {args.threads} thread(s); longformer_lm_small windows "
         f"{windows} (phase {args.phase}) against transformer_lm of its width and depth"

@@ -15,7 +15,11 @@ from longformer_fs.attention import LongformerSelfAttention, available_backends,
 EXT = ROOT / "cuda_ext"
 
 needs_kernel = pytest.mark.skipif("kernel" not in available_backends(), reason="cuda_ext extension not built")
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def needs_gpu(test):
+    """Skipped without CUDA, and marked ``gpu``: ``longformer-fs report`` runs them (``pytest -m gpu``)."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")(test))
 
 
 def ext():

@@ -1,0 +1,166 @@
+"""``longformer-fs report``: what longformer-fs does on this machine, in one run.
+
+Fifteen parts in five groups (verify; attention speed; end to end against the peers; the
+recipes on the device; the longest document), cheapest first, each under its own time cap
+and all within ``--budget``. A part that fails or runs out of time is recorded with its
+error and the report goes on. ``OUT/report.md`` is for people, ``OUT/report.json``
+(``{"machine": ..., "parts": {NAME: {"status", "seconds", ...figures}}, "targets": ...}``)
+for programs; each part's log is under ``OUT/logs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from . import parts, recipe_runs
+from .document import write_report
+from .runner import Context, Part, run_all, run_part
+
+# Cheapest first (seconds on an H100), so that a short budget still brings back the most.
+PARTS = [
+    Part("check", "verify", "`longformer-fs check`: the compiled kernels against float64, then the backends timed",
+         90, 120, 10, parts.check),
+    Part("cuda_tests", "verify", "the tests CI skips without a GPU (`pytest -m gpu`)", 90, 90, 10, parts.cuda_tests),
+    Part("oracle", "verify", "every backend's layer against the float64 dense oracle, forward and backward, in "
+         "float32 and bf16: dilated, causal, global and padded", 90, 90, 10, parts.oracle),
+    Part("lm", "end to end", "`bench lm`: longformer_lm_small against transformer_lm at 16K characters",
+         60, 60, 20, parts.lm),
+    Part("sample", "end to end", "`bench sample`: writing after 8K and 32K characters", 60, 60, 15, parts.sample),
+    Part("led", "end to end", "`bench led`: an LED training step against BART's at 16K source tokens",
+         90, 90, 20, parts.led),
+    Part("finetune", "end to end", "`bench finetune`: a QA training step against HF's at 4K and 16K tokens",
+         90, 90, 20, parts.finetune),
+    Part("encoder_128k", "longest document", "LED-base's encoder reading 128K tokens, inference",
+         60, 60, 15, parts.encoder_128k),
+    Part("led_train_64k", "longest document", "one LED-base training step at 64K source tokens, bf16, activation "
+         "checkpointing", 120, 60, 20, parts.led_train_64k),
+    Part("attention", "attention speed", "forward + backward at 4K, 16K, 64K: kernel, flex, dense SDPA, "
+         "FlexAttention alone; d = 4 against d = 1", 180, 90, 40, parts.attention),
+    Part("text8", "recipes", "`make text8-phase1` at toy size, then the character LM's hub on the device",
+         90, 90, 30, recipe_runs.text8),
+    Part("finetune_triviaqa", "recipes", "`make finetune-triviaqa` at toy size, then the QA hub on the device",
+         120, 120, 30, recipe_runs.finetune_triviaqa),
+    Part("mlm_base", "recipes", "`make mlm-base` at toy size from a RoBERTa release, then `fill_mask` on the device",
+         120, 120, 30, recipe_runs.mlm_base),
+    Part("summarize_arxiv", "recipes", "`make summarize-arxiv` at toy size from a BART release, then the LED hub "
+         "on the device", 150, 150, 40, recipe_runs.summarize_arxiv),
+]  # fmt: skip
+PART_NAMES = [part.name for part in PARTS]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[1].replace("\n", " ")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="where every part runs")
+    parser.add_argument("--out", type=Path, default=Path("report"), help="directory for report.md, report.json, logs/")
+    parser.add_argument("--budget", type=float, default=480, help="seconds for all the parts together")
+    parser.add_argument(
+        "--toy", action="store_true", help="shrink every size so that the whole report runs on a CPU in minutes"
+    )
+    parser.add_argument(
+        "--parts", default=",".join(PART_NAMES), help=f"comma-separated parts to run, of: {', '.join(PART_NAMES)}"
+    )
+
+
+def machine(device: str) -> dict:
+    """The machine and the versions that the figures depend on (run in a child: CUDA)."""
+    import torch
+
+    from ..attention.backends import kernel
+
+    info = {
+        "python": platform.python_version(),
+        "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "longformer_fs": _version("longformer-fs"),
+        "commit": _commit(),
+        "extension": kernel.build_id() if kernel.unavailable_reason() is None else kernel.unavailable_reason(),
+    }
+    for name in ("triton", "fairseq-fixed", "transformers"):
+        info[name.split("-")[0]] = _version(name)
+    if device == "cuda" and torch.cuda.is_available():
+        properties = torch.cuda.get_device_properties(0)
+        info["gpu"] = properties.name
+        info["gpu_memory_gib"] = round(properties.total_memory / 2**30, 1)
+        info["extension_has_cuda"] = kernel.has_cuda() if kernel.unavailable_reason() is None else False
+    return info
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _commit() -> str | None:
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=parts.ROOT, capture_output=True, text=True)
+    return result.stdout.strip() or None
+
+
+def _selected(text: str) -> list[Part]:
+    names = [x for x in text.split(",") if x]
+    unknown = [x for x in names if x not in PART_NAMES]
+    if unknown or not names:
+        raise ValueError(f"--parts: unknown {unknown or 'none given'}; choose from {', '.join(PART_NAMES)}")
+    return [part for part in PARTS if part.name in names]
+
+
+def main(args: argparse.Namespace) -> int:
+    # Every part is forked from this process, and a CUDA runtime initialised before a fork
+    # is unusable after it: CUDA is asked about through NVML here (torch's fork-safe check).
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    chosen = _selected(args.parts)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible here (use --device cpu, with --toy for a CPU)")
+    if args.budget <= 0:
+        raise ValueError(f"--budget: expected a positive number of seconds, got {args.budget:g}")
+    # Imported once here, so that no part pays for them (each is forked from this process).
+    import fairseq  # noqa: F401
+    import transformers  # noqa: F401
+
+    from .. import components  # noqa: F401  (registers the plugin's models and tasks)
+
+    if torch.cuda.is_initialized():  # a defect of ours: no part could use the GPU
+        raise RuntimeError("CUDA was initialised before the parts were forked")
+
+    start = time.monotonic()
+    out = args.out.resolve()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    settings = {"device": args.device, "toy": args.toy, "budget": args.budget, "parts": [p.name for p in chosen]}
+    with tempfile.TemporaryDirectory(prefix="longformer-fs-report-") as work:
+
+        def context(name: str) -> Context:
+            return Context(args.device, args.toy, Path(work), logs / f"{name}.log")
+
+        describe = Part("machine", "verify", "this machine", 60, 60, 0, lambda ctx: machine(args.device))
+        found = run_part(describe, context("machine"), 60)
+        info = {k: v for k, v in found.items() if k not in ("status", "seconds")}
+        bar = tqdm(total=len(chosen), desc="report", unit="part")
+
+        def finished(name: str, results: dict) -> None:
+            result = results[name]
+            bar.update(1)
+            bar.write(f"{name:<18} {result['status']:<8} {result['seconds']:>6.0f} s  {result.get('error', '')}"[:160])
+            write_report(out, info, settings, chosen, results)  # after every part: a cut-off run keeps the rest
+
+        left = args.budget - (time.monotonic() - start)
+        results = run_all(chosen, lambda part: context(part.name), left, args.toy, finished)
+        bar.close()
+    md_path, json_path = write_report(out, info, settings, chosen, results)
+    failed = [name for name, r in results.items() if r["status"] != "ok"]
+    print(f"wrote {md_path} and {json_path} ({time.monotonic() - start:.0f} s); {len(results) - len(failed)} of "
+          f"{len(results)} parts ok" + (f"; not ok: {', '.join(failed)}" if failed else ""))  # fmt: skip
+    return 0 if not failed else 1

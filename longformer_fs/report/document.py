@@ -1,0 +1,192 @@
+"""``report.md`` and ``report.json``: the machine, every part's status and figures, and the
+speed targets read from them (docs/benchmarks.md states the targets)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .runner import GROUPS, Part
+
+
+@dataclass(frozen=True)
+class Target:
+    """A speed or memory target, read from the parts' figures.
+
+    ``measure(parts)`` gives ``(measured text, met)``, or None when its part has no figures.
+    """
+
+    what: str
+    goal: str
+    measure: Callable[[dict], tuple[str, bool] | None]
+
+
+def _figure(parts: dict, name: str, *keys):
+    value = parts.get(name, {})
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _ratios(parts: dict, name: str, limit: float, flip: bool = False):
+    """Every length's ``name`` ratio against ``limit`` (at most; at least with ``flip``)."""
+    found = {t: r[name] for t, r in (_figure(parts, "attention", "ratios") or {}).items() if name in r}
+    if not found:
+        return None
+    text = ", ".join(f"{r:.2f}x at {int(t):,}" for t, r in found.items())
+    met = all((r >= limit) if flip else (r <= limit) for r in found.values())
+    return text, met
+
+
+def _pair(parts: dict, name: str, speed: float, memory: float, row: dict | None = None):
+    row = row if row is not None else parts.get(name, {})
+    if "speedup" not in row or "memory_ratio" not in row:
+        return None
+    text = f"{row['speedup']:.2f}x faster, {row['memory_ratio']:.2f}x the memory"
+    return text, row["speedup"] >= speed and row["memory_ratio"] <= memory
+
+
+def _finetune_4k(parts: dict):
+    rows = _figure(parts, "finetune", "rows") or []
+    return _pair(parts, "finetune", 1.4, 0.6, rows[0]) if rows else None
+
+
+def _fits(parts: dict, name: str):
+    fits = _figure(parts, name, "fits")
+    if fits is None:
+        return None
+    peak = _figure(parts, name, "peak_gib")
+    return ("fits" + (f", peak {peak:.1f} GiB" if peak is not None else "") if fits else "out of memory"), fits
+
+
+def _lm(parts: dict):
+    speedup = _figure(parts, "lm", "speedup")
+    return None if speedup is None else (f"{speedup:.2f}x the characters/s", speedup >= 3)
+
+
+TARGETS = (
+    Target("`flex` against FlexAttention alone, fwd + bwd", "within 1.3x",
+           lambda p: _ratios(p, "flex / flexattention", 1.3)),
+    Target("`flex` at d = 4 against d = 1", "within 1.3x", lambda p: _ratios(p, "flex d=4 / d=1", 1.3)),
+    Target("`longformer_lm` against `transformer_lm` at 16K characters", "at least 3x the characters/s", _lm),
+    Target("LED against BART at 16K source tokens", "at least 2x faster, at most half the memory",
+           lambda p: _pair(p, "led", 2.0, 0.5)),
+    Target("fine-tuning against HF at 4K tokens", "at least 1.4x faster, at most 0.6x the memory", _finetune_4k),
+    Target("LED-base training at 64K source tokens", "fits one 80 GB GPU", lambda p: _fits(p, "led_train_64k")),
+    Target("LED-base's encoder at 128K tokens (inference)", "fits", lambda p: _fits(p, "encoder_128k")),
+)  # fmt: skip
+
+
+def target_rows(parts: dict) -> list[dict]:
+    rows = []
+    for target in TARGETS:
+        found = target.measure(parts)
+        measured, met = found if found else ("not measured", None)
+        rows.append({"what": target.what, "target": target.goal, "measured": measured, "met": met})
+    return rows
+
+
+def kernel_notes(parts: dict) -> list[str]:
+    """Where our CUDA kernel is more than 1.5x slower than FlexAttention alone."""
+    notes = []
+    for seq_len, ratios in (_figure(parts, "attention", "ratios") or {}).items():
+        ratio = ratios.get("kernel / flexattention")
+        if ratio is not None and ratio > 1.5:
+            notes.append(f"our CUDA kernel is {ratio:.1f}x slower than FlexAttention alone at {int(seq_len):,} tokens")
+    return notes
+
+
+def write_report(out: Path, machine: dict, settings: dict, parts: list[Part], results: dict) -> tuple[Path, Path]:
+    """Both files, each written whole or not at all."""
+    payload = {
+        "machine": machine,
+        "settings": settings,
+        "parts": results,
+        "targets": target_rows(results),
+        "notes": kernel_notes(results),
+    }
+    json_path, md_path = out / "report.json", out / "report.md"
+    _replace(json_path, json.dumps(payload, indent=2, default=str))
+    _replace(md_path, markdown(payload, parts))
+    return md_path, json_path
+
+
+def _replace(path: Path, text: str) -> None:
+    staged = path.with_name(path.name + ".tmp")
+    staged.write_text(text)
+    os.replace(staged, path)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)[:200]
+    return str(value)
+
+
+VERSIONS = ("torch", "cuda", "triton", "fairseq", "transformers")
+
+
+def markdown(payload: dict, parts: list[Part]) -> str:
+    machine, results = payload["machine"], payload["parts"]
+    lines = ["# longformer-fs report", ""]
+    device = machine.get("gpu") or machine.get("cpu", "CPU")
+    versions = [f"{name} {machine[name]}" for name in VERSIONS if machine.get(name)]
+    lines += [f"{device}; commit {machine.get('commit', '?')}; " + ", ".join(versions) + "."]
+    settings = payload["settings"]
+    lines += ["", f"Settings: device {settings['device']}, budget {settings['budget']} s"
+              + (", **toy sizes** (not the targets' sizes)" if settings["toy"] else "") + ".", ""]  # fmt: skip
+    lines += ["| group | part | status | seconds | what |", "|---|---|---|---|---|"]
+    for part in parts:
+        result = results.get(part.name, {})
+        status = result.get("status", "?")
+        shown = status if status == "ok" else f"**{status}**: {result.get('error', '')}"
+        lines.append(f"| {part.group} | `{part.name}` | {shown} | {result.get('seconds', 0):.0f} | {part.what} |")
+    lines += ["", "## Targets", "", "| what | target | measured | met |", "|---|---|---|---|"]
+    for row in payload["targets"]:
+        met = {True: "yes", False: "**no**", None: "-"}[row["met"]]
+        lines.append(f"| {row['what']} | {row['target']} | {row['measured']} | {met} |")
+    lines += [""] + [f"- {note}" for note in payload["notes"]]
+    for group in GROUPS:
+        lines += ["", f"## {group.capitalize()}"]
+        for part in (p for p in parts if p.group == group):
+            lines += ["", f"### `{part.name}`", "", part.what + "."]
+            lines += _figures(part.name, results.get(part.name, {}))
+    return "\n".join(lines) + "\n"
+
+
+def _figures(name: str, result: dict) -> list[str]:
+    figures = {k: v for k, v in result.items() if k not in ("status", "seconds", "error")}
+    if not figures:
+        return []
+    rows = figures.pop("rows", None)
+    lines = [""]
+    if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+        lines += _table(rows)
+        lines.append("")
+    lines += [f"- {key}: {_cell(value)}" for key, value in figures.items()]
+    return lines
+
+
+def _flatten(row: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key} "))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _table(rows: list[dict]) -> list[str]:
+    flat = [_flatten(r) for r in rows]
+    columns = list(dict.fromkeys(k for r in flat for k in r))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in flat]
+    return lines

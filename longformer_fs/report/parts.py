@@ -1,0 +1,404 @@
+"""The report's measurements that need no trained model: verify, attention speed, end to end
+against the peers, and the longest document. Each takes sizes for a GPU, or with ``--toy``
+for a CPU, and records its figures as it goes (a part stopped by its cap keeps them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from ..attention import LongformerSelfAttention, available_backends
+from ..attention.backends import BACKENDS
+from ..attention.spec import BandSpec
+from ..benchmarks import attention as bench_attention
+from ..benchmarks import finetune as bench_finetune
+from ..benchmarks import led as bench_led
+from ..benchmarks import lm as bench_lm
+from ..benchmarks import sample as bench_sample
+from .runner import Context, PartFailed
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 2**30
+
+
+def _pick(ctx: Context, full, toy):
+    return toy if ctx.toy else full
+
+
+def _precision(ctx: Context) -> str:
+    """bf16 on a GPU, as the targets are stated; float32 on a CPU (its bf16 paths are not the point)."""
+    return "bf16" if ctx.device == "cuda" else "fp32"
+
+
+def command_output(argv: list[str]) -> tuple[int, str]:
+    """``longformer-fs ARGV`` run in this process, as a user runs it: exit status and stdout."""
+    from ..cli import main
+
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        status = main(argv)
+    print(captured.getvalue())
+    return status, captured.getvalue()
+
+
+def _release(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------- verify
+
+
+def check(ctx: Context) -> dict:
+    """``longformer-fs check``: the compiled kernels against float64 on this device."""
+    argv = ["check", "--device", ctx.device, "--json"]
+    status, text = command_output(argv)
+    report = json.loads(text)
+    results = report["results"]
+    failures = [f"{r['case']} {r['dtype']}" for r in results if not r["passed"]]
+    worst = max(max(r["errors"].values()) / r["tolerance"] for r in results)
+    ctx.record(
+        cases=len(results),
+        failures=failures,
+        worst_error_over_tolerance=worst,
+        timings_ms=report.get("timings_ms") or {},
+        build=report["build"],
+    )
+    if status != 0 or failures:
+        raise PartFailed(f"{len(failures)} of {len(results)} cases over tolerance: {', '.join(failures[:4])}")
+    return {}
+
+
+_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+
+
+def cuda_tests(ctx: Context) -> dict:
+    """The tests marked ``gpu`` (CI has no GPU and skips them), run by pytest here."""
+    tests = ROOT / "tests" / "attention"
+    if not tests.is_dir():
+        raise PartFailed(f"{tests} is not there: run the report from a checkout of longformer-fs")
+    command = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-o", "addopts=-ra",
+               str(tests)]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    print(result.stdout[-20000:], result.stderr[-5000:])
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr.strip()[-300:]
+    counts = {name.rstrip("s"): int(n) for n, name in _COUNTS.findall(summary)}
+    failed = [line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    ctx.record(summary=summary, counts=counts, failed=failed)
+    if result.returncode != 0 or counts.get("failed") or counts.get("error"):
+        raise PartFailed(f"pytest -m gpu: {summary}")
+    if not ctx.device == "cuda" and counts.get("passed"):
+        raise PartFailed("GPU tests passed without a GPU: their skip condition is broken")
+    return {}
+
+
+def dense_oracle(layer: LongformerSelfAttention, x: torch.Tensor, pad: torch.Tensor, glob: torch.Tensor):
+    """The layer's output in float64, written from the semantics (docs/design.md), all T x T.
+
+    Local rows attend the keys ``j = i + d_h * k`` (``k`` in ``[-w, w]``, ``[-w, 0]`` causal)
+    that are neither padded nor global, plus every global key, through the local
+    projections; global rows attend every unpadded key through the global projections;
+    padded rows are 0. Causal: no row sees a later key. ``x``: ``(T, B, C)``.
+    """
+    seq_len, batch, channels = x.shape
+    heads, head_dim, window = layer.num_heads, layer.head_dim, layer.window
+    weights = {name: p.detach().double() for name, p in layer.named_parameters()}
+
+    def project(name):
+        out = torch.nn.functional.linear(x.double(), weights[f"{name}.weight"], weights[f"{name}.bias"])
+        return out.view(seq_len, batch, heads, head_dim).permute(1, 2, 0, 3)  # (B, H, T, D)
+
+    i = torch.arange(seq_len, device=x.device).view(-1, 1)
+    j = torch.arange(seq_len, device=x.device).view(1, -1)
+    offset = j - i
+    dilation = torch.tensor(layer.dilations, device=x.device).view(-1, 1, 1)
+    upper = 0 if layer.causal else window
+    band = (offset % dilation == 0) & (offset >= -window * dilation) & (offset <= upper * dilation)  # (H, T, T)
+    seen = ~pad.view(batch, 1, 1, seq_len)
+    if layer.causal:
+        seen = seen & (offset <= 0)
+    keys_global = glob.view(batch, 1, 1, seq_len)
+    local = seen & ((band.unsqueeze(0) & ~keys_global) | keys_global)
+
+    def attend(q, k, v, allowed):
+        scores = (q @ k.transpose(-1, -2)) * layer.scale
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return probs @ v
+
+    out = attend(project("q_proj"), project("k_proj"), project("v_proj"), local)
+    if bool(glob.any()):
+        rows = attend(project("q_proj_global"), project("k_proj_global"), project("v_proj_global"), seen)
+        out = torch.where(glob.view(batch, 1, seq_len, 1), rows, out)
+    out = out.masked_fill(pad.view(batch, 1, seq_len, 1), 0.0)
+    out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels)
+    return torch.nn.functional.linear(out, weights["out_proj.weight"], weights["out_proj.bias"])
+
+
+# The oracle's cases: (name, per-head dilations, causal, padded and global tokens).
+ORACLE_CASES = (
+    ("band", (1, 1, 1, 1), False, False),
+    ("dilated", (1, 2, 3, 4), False, False),
+    ("causal", (1, 1, 1, 1), True, False),
+    ("causal dilated", (1, 2, 1, 4), True, False),
+    ("global + padded", (1, 1, 1, 1), False, True),
+    ("global + padded + dilated", (1, 2, 3, 4), False, True),
+)
+# Error over the largest reference value (outputs, and gradients of the input).
+ORACLE_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
+
+
+def oracle(ctx: Context) -> dict:
+    """Every backend's layer against the float64 dense oracle, forward and backward, in float32 and bf16."""
+    device = torch.device(ctx.device)
+    seq_len, window, head_dim = _pick(ctx, (1100, 64, 64), (67, 5, 16))
+    heads, batch = 4, 2
+    rows, failures = [], []
+    for backend in available_backends():
+        for dtype_name, tolerance in ORACLE_TOLERANCE.items():
+            dtype = getattr(torch, dtype_name)
+            for case, dilations, causal, masked in ORACLE_CASES:
+                row = {"backend": backend, "dtype": dtype_name, "case": case, "tolerance": tolerance}
+                spec = BandSpec(window, dilations, causal, head_dim**-0.5)
+                limit = BACKENDS[backend].limitation(spec, device, head_dim)
+                if limit:
+                    rows.append({**row, "skipped": limit})
+                    continue
+                gen = torch.Generator().manual_seed(len(rows))
+                layer = LongformerSelfAttention(heads * head_dim, heads, window, dilations, causal, backend=backend)
+                with torch.no_grad():
+                    for p in layer.parameters():
+                        p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+                x = torch.randn(seq_len, batch, heads * head_dim, generator=gen)
+                pad = torch.zeros(batch, seq_len, dtype=torch.bool)
+                glob = torch.zeros(batch, seq_len, dtype=torch.bool)
+                if masked:
+                    pad[1, seq_len - seq_len // 3 :] = True
+                    glob[:, [0, 5, seq_len // 2]] = True
+                    glob[1, 1] = True
+                weight = torch.randn(seq_len, batch, heads * head_dim, generator=gen)
+                layer = layer.to(device, dtype)
+                x, pad, glob, weight = x.to(device), pad.to(device), glob.to(device), weight.to(device)
+                # FlexAttention has no CPU backward (the backend says so): there, forward only.
+                backward = not (backend == "flex" and device.type == "cpu")
+                mine = x.to(dtype).detach().clone().requires_grad_(backward)
+                layer.requires_grad_(backward)
+                out = layer(mine, pad if masked else None, glob if masked else None)
+                exact = x.to(dtype).detach().double().requires_grad_()
+                expected = dense_oracle(layer, exact, pad, glob)
+                row["output_error"] = _relative_error(out, expected)
+                if backward:
+                    (out.float() * weight).sum().backward()
+                    (expected * weight.double()).sum().backward()
+                    row["grad_error"] = _relative_error(mine.grad, exact.grad)
+                row["passed"] = max(row["output_error"], row.get("grad_error", 0.0)) <= tolerance
+                rows.append(row)
+                if not row["passed"]:
+                    failures.append(f"{backend} {dtype_name} {case}")
+                ctx.record(seq_len=seq_len, window=window, rows=rows, failures=failures)
+    if failures:
+        raise PartFailed(f"{len(failures)} backend cases over tolerance: {', '.join(failures[:4])}")
+    return {}
+
+
+def _relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((value.double() - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+
+
+# ------------------------------------------------------------------------ attention speed
+
+
+def attention(ctx: Context) -> dict:
+    """Forward + backward of every implementation at three lengths, d = 1 and d = 4."""
+    lengths = _pick(ctx, (4096, 16384, 65536), (256, 1024))
+    args = argparse.Namespace(
+        device=ctx.device,
+        batch=1,
+        heads=_pick(ctx, 12, 2),
+        head_dim=_pick(ctx, 64, 16),
+        dtype=_pick(ctx, "bfloat16", "float32") if ctx.device == "cuda" else "float32",
+        repeat=_pick(ctx, 5, 1),
+        dense_max_len=max(lengths),
+    )
+    window = _pick(ctx, 256, 16)
+    threads = torch.get_num_threads()
+    # Compiled FlexAttention is a GPU path (on a CPU it has no backward, and compiling takes minutes).
+    flexible = ("flex", "flexattention") if ctx.device == "cuda" else ()
+    plans = [(1, ("kernel", *flexible, "sdpa")), (4, ("kernel", *flexible))]
+    rows = []
+    for dilation, impls in plans:
+        for seq_len in lengths:
+            case = bench_attention.Case(seq_len, window, dilation, False, threads)
+            for impl in impls:
+                if impl not in available_backends() + list(bench_attention.PEERS):
+                    continue
+                result = bench_attention.measure(impl, "report", case, args)
+                rows.append({"impl": impl, "seq_len": seq_len, "dilation": dilation, **_attention_row(result)})
+                ctx.record(window=window, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, rows=rows)
+                _release(ctx.device)
+    return {"ratios": attention_ratios(rows)}
+
+
+def _attention_row(result) -> dict:
+    keep = ("fwd_ms", "fwd_bwd_ms", "peak_mib", "work", "skipped", "notes")
+    return {k: getattr(result, k) for k in keep if getattr(result, k) not in (None, [])}
+
+
+def attention_ratios(rows: list[dict]) -> dict:
+    """``{T: {name: ratio}}`` of forward + backward times: flex and the kernel over
+    FlexAttention alone, and d = 4 over d = 1."""
+
+    def time_of(impl, seq_len, dilation):
+        row = next((r for r in rows if (r["impl"], r["seq_len"], r["dilation"]) == (impl, seq_len, dilation)), None)
+        return row.get("fwd_bwd_ms") if row else None
+
+    ratios = {}
+    for seq_len in sorted({r["seq_len"] for r in rows}):
+        pairs = {
+            "flex / flexattention": (("flex", 1), ("flexattention", 1)),
+            "kernel / flexattention": (("kernel", 1), ("flexattention", 1)),
+            "flex d=4 / d=1": (("flex", 4), ("flex", 1)),
+            "kernel d=4 / d=1": (("kernel", 4), ("kernel", 1)),
+            "sdpa / kernel": (("sdpa", 1), ("kernel", 1)),
+        }
+        found = {}
+        for name, ((a, da), (b, db)) in pairs.items():
+            top, bottom = time_of(a, seq_len, da), time_of(b, seq_len, db)
+            if top and bottom:
+                found[name] = top / bottom
+        ratios[str(seq_len)] = found
+    return ratios
+
+
+# ---------------------------------------------------------------------------- end to end
+
+
+def lm(ctx: Context) -> dict:
+    """``bench lm`` at 16K characters: longformer_lm_small against transformer_lm."""
+    seq_len, repeat = _pick(ctx, (16384, 3), (256, 1))
+    precision = _precision(ctx)
+    torch.manual_seed(0)
+    ours, windows = bench_lm.longformer_small(1, checkpoint=False)
+    mine = bench_lm.measure(ours, seq_len, repeat, ctx.device, precision)
+    ctx.record(seq_len=seq_len, precision=precision, windows=windows, longformer_lm_small=mine)
+    del ours
+    _release(ctx.device)
+    peer = bench_lm.transformer_lm(seq_len, bench_lm.phase_settings("small", 1).model)
+    theirs = bench_lm.measure(peer, seq_len, repeat, ctx.device, precision)
+    ctx.record(transformer_lm=theirs)
+    _raise_errors(mine=mine, theirs=theirs)
+    return {"speedup": mine["chars_per_s"] / theirs["chars_per_s"]}
+
+
+def _raise_errors(**results) -> None:
+    errors = {name: r["error"] for name, r in results.items() if "error" in r}
+    if errors:
+        raise PartFailed("; ".join(f"{name}: {error}" for name, error in errors.items()))
+
+
+def finetune(ctx: Context) -> dict:
+    """``bench finetune`` at 4K and 16K tokens: our QA training step against HF's."""
+    lengths = _pick(ctx, (4096, 16384), (256,))
+    global_tokens, window, layers, repeat = _pick(ctx, (64, 256, None, 3), (8, 16, 1, 1))
+    rows = []
+    for seq_len in lengths:
+        row = {"seq_len": seq_len}
+        for kind in bench_finetune.KINDS:
+            row[kind] = bench_finetune.step_measurement(kind, seq_len, global_tokens, window, layers, 1, ctx.device,
+                                                        _precision(ctx), repeat)  # fmt: skip
+            _release(ctx.device)
+        row["speedup"] = row["hf"]["step_s"] / row["ours"]["step_s"]
+        row["memory_ratio"] = row["ours"]["peak_gib"] / row["hf"]["peak_gib"]
+        rows.append(row)
+        ctx.record(rows=rows, precision=_precision(ctx), window=window, global_tokens=global_tokens)
+    return {}
+
+
+def led(ctx: Context) -> dict:
+    """``bench led`` at 16K source tokens: LED against BART, with peak memory."""
+    source, target, window, layers, width, repeat = _pick(
+        ctx, (16384, 512, 512, None, None, 2), (512, 32, 32, 1, 64, 1)
+    )
+    row = {"source_len": source, "target_len": target, "window": window, "precision": _precision(ctx)}
+    for kind in ("led", "bart"):
+        row[kind] = bench_led.step_measurement(kind, source, target, window, layers, width, repeat, ctx.device,
+                                               _precision(ctx))  # fmt: skip
+        _release(ctx.device)
+        ctx.record(**row)
+    return {
+        "speedup": row["bart"]["step_s"] / row["led"]["step_s"],
+        "memory_ratio": row["led"]["peak_gib"] / row["bart"]["peak_gib"],
+    }
+
+
+def sample(ctx: Context) -> dict:
+    """``bench sample`` at 8K and 32K characters of context."""
+    contexts, steps, repeat = _pick(ctx, ((8192, 32768), 8, 3), ((128, 512), 4, 1))
+    rows = []
+    torch.manual_seed(0)
+    ours, _ = bench_lm.longformer_small(1, checkpoint=False)
+    ours = ours.to(ctx.device).eval()
+    for context in contexts:
+        rows.append(bench_sample.measure_context(ours, context, steps, repeat, ctx.device, phase=1))
+        ctx.record(rows=rows, steps=steps)
+        _release(ctx.device)
+    return {}
+
+
+# ---------------------------------------------------------------------- longest document
+
+
+def _fits(run) -> dict:
+    """``run()``'s figures, or whether it ran out of memory (a result, not a failure)."""
+    try:
+        return {"fits": True, **run()}
+    except torch.OutOfMemoryError as err:
+        return {"fits": False, "error": str(err).splitlines()[0][:200]}
+
+
+def _device_memory(ctx: Context) -> dict:
+    if ctx.device != "cuda":
+        return {}
+    return {"device_gib": torch.cuda.get_device_properties(0).total_memory / GIB}
+
+
+def led_train_64k(ctx: Context) -> dict:
+    """One LED-base training step at 64K source tokens, bf16, activation checkpointing."""
+    source, target, layers, width = _pick(ctx, (65536, 512, None, None), (2048, 32, 1, 64))
+    precision = _precision(ctx)
+    figures = _fits(
+        lambda: bench_led.step_measurement(
+            "led",
+            source,
+            target,
+            512 if not ctx.toy else 32,
+            layers,
+            width,
+            1,
+            ctx.device,
+            precision,
+            checkpoint_activations=True,
+        )  # fmt: skip
+    )
+    return {"source_len": source, "target_len": target, "precision": precision, **figures, **_device_memory(ctx)}
+
+
+def encoder_128k(ctx: Context) -> dict:
+    """LED-base's encoder reading 128K tokens, inference."""
+    source, layers, width = _pick(ctx, (131072, None, None), (4096, 1, 64))
+    window = _pick(ctx, 512, 32)
+    precision = _precision(ctx)
+
+    def read():
+        return bench_led.encoder_measurement(source, window, layers, width, ctx.device, precision)
+
+    return {"source_len": source, "precision": precision, **_fits(read), **_device_memory(ctx)}

@@ -1,0 +1,179 @@
+"""Running the report's parts: each in a forked child, under its own time cap and the budget.
+
+The parent imports torch, fairseq and transformers once and never touches a device; each
+part runs in a child forked from it, so a part pays no import, a hang or a crash ends only
+that part, and CUDA is initialised in the child (a CUDA context does not survive a fork).
+The child is the leader of its own process group: a part out of time is killed with every
+process it started (``make``, ``fairseq-hydra-train``, pytest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+GROUPS = ("verify", "attention speed", "end to end", "recipes", "longest document")
+
+
+@dataclass
+class Context:
+    """What a part knows of the run.
+
+    Attributes:
+        device: ``cuda`` or ``cpu``.
+        toy: every size shrunk to what a CPU runs in seconds.
+        work: scratch space shared by the parts (the recipes' corpora and models).
+        log: the part's own log file (its stdout and stderr go there too).
+    """
+
+    device: str
+    toy: bool
+    work: Path
+    log: Path
+    figures: dict = field(default_factory=dict)
+    _partial: Path | None = None
+
+    def record(self, **figures) -> None:
+        """Keep ``figures`` now: a part that runs out of time still reports what it measured."""
+        self.figures.update(figures)
+        if self._partial is not None:
+            _write_json(self._partial, self.figures)
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One measurement of the report.
+
+    Attributes:
+        name: its key in ``report.json``.
+        group: one of :data:`GROUPS`.
+        what: one line for people.
+        cap_s: the longest it may run on a GPU; ``toy_cap_s`` with ``--toy``.
+        least_s: it is started only if this much of the budget is left.
+        run: ``run(ctx)`` records figures through ``ctx.record`` and may return more; it
+            raises :class:`PartFailed` (or anything) when what it checks does not hold.
+    """
+
+    name: str
+    group: str
+    what: str
+    cap_s: float
+    toy_cap_s: float
+    least_s: float
+    run: Callable[[Context], dict | None]
+
+
+class PartFailed(Exception):
+    """A part ran to its end, and what it checks does not hold."""
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    staged = path.with_suffix(".tmp")
+    staged.write_text(json.dumps(payload, indent=2, default=str))
+    os.replace(staged, path)
+
+
+def _child(part: Part, ctx: Context, result: Path) -> None:
+    """In the forked child: run the part with its output in its log, write its result, exit."""
+    os.setsid()
+    with open(ctx.log, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    try:
+        more = part.run(ctx) or {}
+        ctx.figures.update(more)
+        payload = {"status": "ok", **ctx.figures}
+    except BaseException as err:  # noqa: B036 (every failure is the part's result, never the report's end)
+        traceback.print_exc()
+        message = str(err).strip().splitlines()
+        payload = {"status": "failed", "error": f"{type(err).__name__}: {message[0] if message else ''}"[:500]}
+        payload.update(ctx.figures)
+    _write_json(result, payload)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def run_part(part: Part, ctx: Context, timeout_s: float) -> dict:
+    """``part`` in a forked child, killed (with its process group) after ``timeout_s``."""
+    result = ctx.log.with_suffix(".result.json")
+    ctx._partial = ctx.log.with_suffix(".partial.json")
+    for stale in (result, ctx._partial):
+        stale.unlink(missing_ok=True)
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(part, ctx, result)
+    timed_out = False
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - start > timeout_s:
+            timed_out = True
+            _kill_group(pid)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.05)
+    seconds = time.monotonic() - start
+    if result.is_file():
+        payload = json.loads(result.read_text())
+    else:
+        payload = json.loads(ctx._partial.read_text()) if ctx._partial.is_file() else {}
+        if timed_out:
+            reason = f"ran out of time: stopped after {seconds:.0f} s (its cap {timeout_s:.0f} s)"
+        else:
+            reason = f"the part's process died ({_describe(status)}); see {ctx.log.name}"
+        payload = {"status": "failed", "error": reason, **payload}
+    _kill_group(pid)  # whatever it started and left behind
+    status = payload.pop("status")
+    payload.pop("seconds", None)
+    return {"status": status, "seconds": round(seconds, 1), **payload}
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        signal_number = os.WTERMSIG(status)
+        name = signal.Signals(signal_number).name
+        return f"killed by {name}" + (": out of memory?" if signal_number == signal.SIGKILL else "")
+    return f"exit status {os.WEXITSTATUS(status)}"
+
+
+def run_all(
+    parts: list[Part], make_context: Callable[[Part], Context], budget_s: float, toy: bool, on_result
+) -> dict[str, dict]:
+    """Every part in order while the budget lasts; ``on_result(name, results)`` after each."""
+    start = time.monotonic()
+    results = {}
+    for part in parts:
+        left = budget_s - (time.monotonic() - start)
+        cap = part.toy_cap_s if toy else part.cap_s
+        least = min(part.least_s, cap)
+        if left < least:
+            results[part.name] = {
+                "status": "skipped",
+                "seconds": 0.0,
+                "error": f"budget spent: {max(left, 0):.0f} s left of --budget, it needs at least {least:.0f} s",
+            }
+        else:
+            results[part.name] = run_part(part, make_context(part), min(cap, left))
+        on_result(part.name, results)
+    return results

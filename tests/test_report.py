@@ -1,0 +1,139 @@
+"""``longformer-fs report``: the whole report at toy size on this CPU, every part ``ok``
+(CI's guard that the GPU run, prepared without a GPU, cannot rot); its runner's caps,
+failures and budget; its oracle against the tests' own."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+from helpers import BIN, cli
+from oracle import oracle_layer
+
+from longformer_fs.attention import LongformerSelfAttention, available_backends
+from longformer_fs.report import PART_NAMES
+from longformer_fs.report.parts import dense_oracle
+from longformer_fs.report.runner import Context, Part, PartFailed, run_all
+
+
+def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
+    out = tmp_path / "report"
+    command = [BIN / "longformer-fs", "report", "--device", "cpu", "--toy", "--out", out, "--budget", "900"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)  # as users run it
+    report = json.loads((out / "report.json").read_text())
+    not_ok = {name: part.get("error") for name, part in report["parts"].items() if part["status"] != "ok"}
+    assert result.returncode == 0 and not not_ok, (not_ok, result.stdout[-3000:], result.stderr[-3000:])
+    assert list(report["parts"]) == PART_NAMES
+    assert report["machine"]["torch"] == torch.__version__ and report["settings"]["toy"]
+    parts = report["parts"]
+
+    # Verification that verified something: every backend here, both dtypes, every case.
+    oracle_rows = [row for row in parts["oracle"]["rows"] if "skipped" not in row]
+    assert {row["backend"] for row in oracle_rows} == set(available_backends())
+    assert {row["dtype"] for row in oracle_rows} == {"float32", "bfloat16"} and len(oracle_rows) >= 24
+    assert all(row["passed"] and row["output_error"] <= row["tolerance"] for row in oracle_rows)
+    assert parts["check"]["cases"] >= 7 and not parts["check"]["failures"]
+    assert parts["cuda_tests"]["counts"].get("skipped", 0) >= 5  # no GPU here: skipped, never passed
+
+    # Speed rows with the band's work: the kernel computes about the band, dense SDPA all T x T.
+    rows = {(r["impl"], r["seq_len"], r["dilation"]): r for r in parts["attention"]["rows"]}
+    assert rows[("kernel", 1024, 1)]["work"] < 1.5 < rows[("sdpa", 1024, 1)]["work"]
+    assert rows[("kernel", 1024, 4)]["fwd_bwd_ms"] > 0
+    assert parts["lm"]["speedup"] > 0 and parts["led"]["led"]["peak_gib"] > 0
+    assert parts["encoder_128k"]["fits"] and parts["led_train_64k"]["fits"]
+
+    # The recipes trained, in float32 here, and their hubs answered on the device.
+    for name in ("text8", "mlm_base", "finetune_triviaqa", "summarize_arxiv"):
+        assert parts[name]["precision"] == "fp32" and parts[name]["hub"]["device"] == "cpu", parts[name]
+    assert len(parts["text8"]["sample"] if "sample" in parts["text8"] else parts["text8"]["hub"]["sample"]) > 8
+
+    text = (out / "report.md").read_text()
+    assert all(f"`{name}`" in text for name in PART_NAMES) and "## Targets" in text
+    assert sorted(p.name for p in (out / "logs").iterdir()) == sorted(
+        [f"{name}.log" for name in ["machine", *PART_NAMES]]
+        + [f"{name}.result.json" for name in ["machine", *PART_NAMES]]
+        + [f"{name}.partial.json" for name in PART_NAMES if (out / "logs" / f"{name}.partial.json").exists()]
+    )
+
+
+# ------------------------------------------------------------------------------- runner
+
+
+def _context(tmp_path, name):
+    return Context("cpu", True, tmp_path, tmp_path / f"{name}.log")
+
+
+def _raises(ctx):
+    ctx.record(before=1)
+    raise PartFailed("what it checks does not hold")
+
+
+def _sleeps(ctx):
+    ctx.record(measured=42)
+    os.system("sleep 60 &")  # a child it started: killed with it
+    time.sleep(60)
+
+
+def _dies(ctx):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_failing_or_hung_part_is_recorded_and_the_report_goes_on(tmp_path):
+    parts = [
+        Part("raises", "verify", "", 30, 30, 0, _raises),
+        Part("sleeps", "verify", "", 1.5, 1.5, 0, _sleeps),
+        Part("dies", "verify", "", 30, 30, 0, _dies),
+        Part("fine", "verify", "", 30, 30, 0, lambda ctx: {"value": 3}),
+        Part("late", "verify", "", 30, 30, 100, lambda ctx: {"value": 4}),
+    ]
+    seen = []
+    start = time.monotonic()
+    results = run_all(parts, lambda p: _context(tmp_path, p.name), 60, True, lambda name, _: seen.append(name))
+    assert time.monotonic() - start < 20
+    assert seen == [p.name for p in parts]
+    assert results["raises"]["status"] == "failed" and "does not hold" in results["raises"]["error"]
+    assert results["raises"]["before"] == 1  # what it measured before failing is kept
+    assert results["sleeps"]["status"] == "failed" and "ran out of time" in results["sleeps"]["error"]
+    assert results["sleeps"]["measured"] == 42 and results["sleeps"]["seconds"] < 5
+    assert results["dies"]["status"] == "failed" and "SIGKILL" in results["dies"]["error"]
+    assert results["fine"] == {"status": "ok", "seconds": results["fine"]["seconds"], "value": 3}
+    assert results["late"]["status"] == "skipped" and "budget" in results["late"]["error"]
+
+
+def test_the_report_refuses_bad_input_in_one_line(tmp_path):
+    for args, message in (
+        (["--parts", "check,nonsense"], "--parts: unknown ['nonsense']"),
+        (["--budget", "0"], "--budget"),
+    ):
+        result = cli("report", "--device", "cpu", "--toy", "--out", str(tmp_path / "r"), *args)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    if not torch.cuda.is_available():
+        result = cli("report", "--out", str(tmp_path / "r"))
+        assert result.returncode == 2 and "no CUDA device" in result.stderr
+
+
+# ------------------------------------------------------------------------------- oracle
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_reports_dense_oracle_equals_the_tests_naive_one(causal):
+    """The report verifies backends against its own vectorised oracle: it must equal the
+    tests' row-by-row one (tests/oracle.py), global and padded rows and dilated heads included,
+    and differ from a layer with another window (so it can fail a backend)."""
+    torch.manual_seed(0)
+    layer = LongformerSelfAttention(32, 4, 3, (1, 2, 1, 3), causal, backend="reference").double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(torch.randn(p.shape, dtype=torch.float64) * 0.1)
+    x = torch.randn(23, 2, 32, dtype=torch.float64)
+    pad = torch.zeros(2, 23, dtype=torch.bool)
+    pad[1, 17:] = True
+    glob = torch.zeros(2, 23, dtype=torch.bool)
+    glob[:, [0, 9]] = True
+    expected = oracle_layer(layer, x, pad, glob)
+    torch.testing.assert_close(dense_oracle(layer, x, pad, glob), expected, atol=1e-12, rtol=0)
+    layer.window = 2
+    assert (dense_oracle(layer, x, pad, glob) - expected).abs().max() > 1e-3
