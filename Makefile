@@ -6,6 +6,7 @@
 #   make test      install if needed, then run the test suite
 #   make info      print versions and the attention backends available here
 #   make lint      ruff (lint + format check) and clang-format --dry-run; CI runs it
+#   make gpu-bundle  the wheels the project's lent GPU machine lacks, into .gpu/ (docs/gpus.md)
 #   make format    apply ruff's fixes and formatting, and clang-format
 #   make text8-phase1 ... text8-phase5, enwik8-phase1 ... enwik8-phase5
 #                  one phase of the paper's character-LM recipe (recipes/char_lm/)
@@ -116,7 +117,7 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test lint format info demo clean-venv eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
+.PHONY: help install test lint format info demo clean-venv gpu-bundle eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
 	$(foreach t,$(FINETUNE_TASKS),finetune-$(t)) finetune-hotpotqa-two-stage \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
@@ -256,6 +257,16 @@ finetune-hotpotqa-two-stage: $(STAMP)
 		checkpoint.save_dir=$$answer checkpoint.finetune_from_model=$(abspath $(MODEL)) \
 		$$overrides $(HYDRA_ARGS) || exit $$?; \
 	$(VENV)/bin/longformer-fs eval-hotpotqa $$answer/checkpoint_best.pt --data $$answer/data
+
+# The project's lent GPU machine has no network and no fairseq: ../shared/gpu/prepare.sh puts
+# the wheels it lacks into .gpu/ (carried with the working tree), and the report's GPU tests
+# need pytest's (docs/gpus.md).
+SHARED ?= ../shared
+GPU_WHEELS := $(shell grep -iE '^(pytest|pluggy|iniconfig)==' constraints.txt)
+gpu-bundle:
+	bash $(SHARED)/gpu/prepare.sh
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 -d .gpu/whl $(GPU_WHEELS)
 
 install: $(STAMP)
 

@@ -40,7 +40,7 @@ def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
 
     # Speed rows with the band's work: the kernel computes about the band, dense SDPA all T x T.
     rows = {(r["impl"], r["seq_len"], r["dilation"]): r for r in parts["attention"]["rows"]}
-    assert rows[("kernel", 1024, 1)]["work"] < 1.5 < rows[("sdpa", 1024, 1)]["work"]
+    assert 8 * rows[("kernel", 1024, 1)]["work"] < rows[("sdpa", 1024, 1)]["work"]
     assert rows[("kernel", 1024, 4)]["fwd_bwd_ms"] > 0
     assert parts["lm"]["speedup"] > 0 and parts["led"]["led"]["peak_gib"] > 0
     assert parts["encoder_128k"]["fits"] and parts["led_train_64k"]["fits"]
@@ -48,7 +48,7 @@ def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
     # The recipes trained, in float32 here, and their hubs answered on the device.
     for name in ("text8", "mlm_base", "finetune_triviaqa", "summarize_arxiv"):
         assert parts[name]["precision"] == "fp32" and parts[name]["hub"]["device"] == "cpu", parts[name]
-    assert len(parts["text8"]["sample"] if "sample" in parts["text8"] else parts["text8"]["hub"]["sample"]) > 8
+    assert len(parts["text8"]["hub"]["sample"]) == 32 and parts["finetune_triviaqa"]["hub"]["answer"]
 
     text = (out / "report.md").read_text()
     assert all(f"`{name}`" in text for name in PART_NAMES) and "## Targets" in text
@@ -87,7 +87,7 @@ def test_a_failing_or_hung_part_is_recorded_and_the_report_goes_on(tmp_path):
         Part("sleeps", "verify", "", 1.5, 1.5, 0, _sleeps),
         Part("dies", "verify", "", 30, 30, 0, _dies),
         Part("fine", "verify", "", 30, 30, 0, lambda ctx: {"value": 3}),
-        Part("late", "verify", "", 30, 30, 100, lambda ctx: {"value": 4}),
+        Part("late", "verify", "", 300, 300, 100, lambda ctx: {"value": 4}),
     ]
     seen = []
     start = time.monotonic()
