@@ -1,11 +1,11 @@
 """``longformer-fs report``: what longformer-fs does on this machine, in one run.
 
-Fifteen parts in five groups (verify; attention speed; end to end against the peers; the
-recipes on the device; the longest document), cheapest first, each under its own time cap
-and all within ``--budget``. A part that fails or runs out of time is recorded with its
-error and the report goes on. ``OUT/report.md`` is for people, ``OUT/report.json``
-(``{"machine": ..., "parts": {NAME: {"status", "seconds", ...figures}}, "targets": ...}``)
-for programs; each part's log is under ``OUT/logs/``.
+Fourteen parts in five groups (verify; attention speed; end to end against the peers; the
+longest document; the recipes on the device), cheapest first, each in a process of its own
+under its own time cap, all within --budget. A part that fails or runs out of time is
+recorded with its error, and the report goes on. OUT/report.md is for people; OUT/report.json,
+{"machine": {...}, "parts": {NAME: {"status": "ok" | "failed" | "skipped", "seconds": ...,
+...figures}}, "targets": [...]}, for programs; each part's log is in OUT/logs/.
 """
 
 from __future__ import annotations
@@ -65,9 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--toy", action="store_true", help="shrink every size so that the whole report runs on a CPU in minutes"
     )
-    parser.add_argument(
-        "--parts", default=",".join(PART_NAMES), help=f"comma-separated parts to run, of: {', '.join(PART_NAMES)}"
-    )
+    parser.add_argument("--parts", default="all", help=f"comma-separated parts to run, of: {', '.join(PART_NAMES)}")
 
 
 def machine(device: str) -> dict:
@@ -108,7 +106,7 @@ def _commit() -> str | None:
 
 
 def _selected(text: str) -> list[Part]:
-    names = [x for x in text.split(",") if x]
+    names = PART_NAMES if text == "all" else [x for x in text.split(",") if x]
     unknown = [x for x in names if x not in PART_NAMES]
     if unknown or not names:
         raise ValueError(f"--parts: unknown {unknown or 'none given'}; choose from {', '.join(PART_NAMES)}")
