@@ -118,6 +118,7 @@ def undocumented(extra: str, text: str) -> list[str]:
             name = word.split("=", 1)[0]
         elif match := _MAKE_VARIABLE.match(word):
             name = match[1]
+            missing += undocumented(word[match.end() :], text)  # HYDRA_ARGS="...": the words it passes on
         elif _HYDRA_OVERRIDE.match(word):
             name = "overrides"  # appended to fairseq-hydra-train: the page must say overrides go there
         else:

@@ -34,3 +34,15 @@ def test_the_readme_repeats_steps_of_the_docs_journeys():
         if block.journey and block.page == readme:
             extra = [line for line in block.lines if line not in docs[block.journey]]
             assert docs[block.journey] and not extra, f"README's {block.journey} steps not in docs/: {extra}"
+
+
+def test_the_guard_reads_the_words_a_make_variable_passes_on():
+    """``HYDRA_ARGS="..."`` is one word to the shell: the overrides and flags inside it are
+    what a test would be adding without the pages saying so."""
+    from journey import undocumented
+
+    page = "make text8 takes HYDRA_ARGS, which overrides any recipe setting"
+    assert undocumented('HYDRA_ARGS="model.decoder_layers=2 dataset.batch_size=4"', page) == []
+    assert undocumented('HYDRA_ARGS="model.decoder_layers=2" SEEDS=2', page) == ["SEEDS"]
+    assert undocumented('SUMMARIZE_ARGS="--min-len 2 --beam 9"', page + " SUMMARIZE_ARGS --min-len") == ["--beam"]
+    assert undocumented('HYDRA_ARGS="model.decoder_layers=2"', "make text8 HYDRA_ARGS") == ["overrides"]
