@@ -287,9 +287,10 @@ $(STAMP): $(INSTALL_INPUTS)
 	@touch $@
 	@echo ">> installed; run 'make test' or '$(VENV)/bin/longformer-fs info'"
 
-# Each test module runs on one worker (--dist loadscope), so its module fixtures are built once.
+# Each test module runs on one worker (--dist loadscope), so its module fixtures are built once;
+# in the order tests/conftest.py gives them, the longest first (xdist would sort them by size).
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=20 $(PYTEST_ARGS)
 
 CXX_SOURCES := $(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h' | sort)
 

@@ -16,14 +16,18 @@ What registering also does, once per process:
   batch loader thread inside a torch call when the interpreter exits, which aborts a
   finished run; the loaders are stopped at exit (:func:`~.launch.stop_batch_loaders`), in
   every process that loads the plugin: ``fairseq-train --user-dir``,
-  ``fairseq-hydra-train``, torchrun's and fairseq's own spawned processes.
+  ``fairseq-hydra-train``, torchrun's and fairseq's own spawned processes;
+- fairseq's blocking of repeated n-grams, which blocks nothing without its CUDA extension,
+  is fixed (:mod:`.generation_fixes`): ``summarize``, the hubs and ``fairseq-generate``.
 """
 
 import atexit
 
 from . import criterions, launch, lr_scheduler, models, tasks  # noqa: F401
 from .checkpoint_files import allow_argparse_checkpoints
+from .generation_fixes import fix_ngram_blocking
 
 allow_argparse_checkpoints()
+fix_ngram_blocking()
 # Exit functions run before the interpreter ends daemon threads, the loaders among them.
 atexit.register(lambda: launch.stop_batch_loaders())

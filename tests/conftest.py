@@ -5,6 +5,7 @@ are in helpers.py."""
 
 import json
 import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from helpers import (  # noqa: E402
     BIN,
     CHAR_SPLITS,
     ON_CPU,
+    ROOT,
     TINY_BART,
     TINY_ROBERTA,
     built_once,
@@ -36,13 +38,55 @@ from helpers import (  # noqa: E402
     run,
     runs_text,
 )
-from hf_models import bart_as_hf, english, save_model, scaled, train_tokenizer, vocab_size  # noqa: E402
+from hf_models import (  # noqa: E402
+    bart_as_hf,
+    english,
+    multilingual,
+    save_model,
+    scaled,
+    train_tokenizer,
+    train_xlmr_tokenizer,
+    vocab_size,
+)
 from releases import ARXIV_SENTENCES, REVIEWS, WIKIPEDIA, write_arxiv_release  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_starts(tmp_path_factory):
+    """fairseq's and our commands start warm in this worker (tests/zygote.py): a view of the
+    venv whose commands are the zygote's shims becomes ``helpers.VENV``, which ``run``,
+    ``make`` and the journeys use. LFS_COLD_STARTS=1 runs every process as a new interpreter."""
+    if os.environ.get("LFS_COLD_STARTS") == "1":
+        yield
+        return
+    import helpers
+    import zygote
+
+    root = tmp_path_factory.mktemp("warm")
+    shims = zygote.write_shims(root / "shims", BIN)
+    view = root / "venv"
+    (view / "bin").mkdir(parents=True)
+    for entry in (ROOT / ".venv").iterdir():
+        if entry.name not in ("bin", ".installed"):
+            (view / entry.name).symlink_to(entry)
+    for entry in (ROOT / ".venv" / "bin").iterdir():
+        (view / "bin" / entry.name).symlink_to(shims / entry.name if (shims / entry.name).exists() else entry)
+    (view / ".installed").touch()
+    address = root / "zygote.socket"
+    with open(root / "zygote.log", "w") as log:
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "zygote.py"), str(address)],
+                                  stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=ROOT)  # fmt: skip
+    # Until it is listening, commands start cold: nobody waits for it.
+    os.environ[zygote.ENV] = str(address)
+    helpers.VENV = view
+    yield
+    server.stdin.close()
+    server.wait(timeout=60)
 
 
 # The modules that train real models, longest first (seconds of `make test` on the 2-core
@@ -70,6 +114,49 @@ START_FIRST = (
     "test_cli.py",  # 35
     "conversion/test_import_hf.py",  # 35
 )
+
+
+# The suite's budget, module by module: seconds of fixture set-up each module may take on
+# the 2-core CI machine under `make test` (about 1.5x what it took when set). A module
+# over its share fails the run, by name and time: a new module's set-up, or a slower one,
+# is seen the day it lands. Measured set-ups: the table printed at the end of every run.
+SETUP_SHARE = 60
+SETUP_SHARES = {}
+_SETUP_SECONDS: dict[str, float] = {}
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0].removeprefix("tests/")
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "setup":
+        module = _module(report.nodeid)
+        _SETUP_SECONDS[module] = _SETUP_SECONDS.get(module, 0.0) + report.duration
+
+
+def _over_budget() -> dict[str, float]:
+    return {m: s for m, s in _SETUP_SECONDS.items() if s > SETUP_SHARES.get(m, SETUP_SHARE)}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if hasattr(config, "workerinput") or not _SETUP_SECONDS:  # the controller sees every worker's reports
+        return
+    slowest = sorted(_SETUP_SECONDS.items(), key=lambda item: -item[1])[:8]
+    terminalreporter.write_sep("-", "module set-up, seconds (its share)")
+    for module, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:7.1f}  ({SETUP_SHARES.get(module, SETUP_SHARE):.0f})  {module}")
+    for module, seconds in _over_budget().items():
+        terminalreporter.write_line(
+            f"BUDGET: {module}'s set-up took {seconds:.0f} s, over its share of "
+            f"{SETUP_SHARES.get(module, SETUP_SHARE):.0f} s (tests/conftest.py SETUP_SHARES)",
+            red=True,
+        )
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not hasattr(session.config, "workerinput") and _over_budget() and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):
@@ -224,18 +311,34 @@ def bart_hub(bart_base, gpt2, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def xlmr_tokenizer(tmp_path_factory) -> dict:
+    """XLM-R's tokenizer as the hub serves it (hf_models.train_xlmr_tokenizer), trained once
+    per run on every other text of five scripts (hf_models.multilingual): ``{"dir": its
+    directory, "train": {script: texts it saw}, "held_out": {script: texts it did not}}``."""
+    texts = multilingual()
+    train = {script: ts[::2] for script, ts in texts.items()}
+    held_out = {script: ts[1::2] for script, ts in texts.items()}
+    built = built_once(
+        tmp_path_factory,
+        "xlmr_tokenizer",
+        lambda d: train_xlmr_tokenizer([t for ts in train.values() for t in ts], d, 1500),
+    )
+    return {"dir": built, "train": train, "held_out": held_out}
+
+
+@pytest.fixture(scope="session")
 def hub_tokenizer(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "journey_hub_tokenizer", lambda d: train_tokenizer(tokenizer_texts(), d, 800))
 
 
 @pytest.fixture(scope="session")
 def longformer_hub(hub_tokenizer, tmp_path_factory) -> Path:
-    """``longformer-base-4096/`` at toy width: 4,098 positions, windows of 16 (8 a side),
-    ``pytorch_model.bin``, ``tokenizer.json`` and ``vocab.json`` + ``merges.txt``."""
+    """``longformer-base-4096/`` at toy width: 4,098 positions, a window per layer (16 and 32:
+    8 and 16 a side), ``pytorch_model.bin``, ``tokenizer.json`` and ``vocab.json`` + ``merges.txt``."""
     from transformers import LongformerConfig, LongformerForMaskedLM
 
     config = LongformerConfig(vocab_size=vocab_size(hub_tokenizer), hidden_size=32, num_hidden_layers=2,
-                              num_attention_heads=4, intermediate_size=64, attention_window=[16, 16],
+                              num_attention_heads=4, intermediate_size=64, attention_window=[16, 32],
                               max_position_embeddings=4098, layer_norm_eps=1e-5, type_vocab_size=1)  # fmt: skip
     return built_once(
         tmp_path_factory,

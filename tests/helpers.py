@@ -20,6 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+# The venv the suite's commands run from: this one, or (conftest's warm starts) a view of it
+# whose fairseq and longformer-fs commands start warm (tests/zygote.py).
+VENV = ROOT / ".venv"
 USER_DIR = ROOT / "longformer_fs"
 
 # A 2-layer longformer_lm_small for fairseq-train runs on CPU: the plugin, the task and the
@@ -113,9 +116,19 @@ def fails(*args) -> str:
     return result.stderr
 
 
-def run(*cmd, env=None, timeout=900) -> str:
+def command(cmd, real: bool = False) -> list[str]:
+    """``cmd`` as strings; a command of this venv's (``BIN / "fairseq-train"``) becomes its
+    warm start's unless ``real`` (a test of a new interpreter's imports or shutdown)."""
+    cmd = [str(c) for c in cmd]
+    program = Path(cmd[0])
+    if not real and program.parent == BIN and (VENV / "bin" / program.name).exists():
+        cmd[0] = str(VENV / "bin" / program.name)
+    return cmd
+
+
+def run(*cmd, env=None, timeout=900, real: bool = False) -> str:
     """A process (fairseq-train, make, ...) in the repository that must succeed: its output."""
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+    result = subprocess.run(command(cmd, real), capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
@@ -128,13 +141,15 @@ def run_side_by_side(*commands, timeout=900) -> list[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     waiting, running, outputs = list(enumerate(commands)), {}, {}
     deadline = time.monotonic() + timeout
+    # This process's share of the cores: under pytest-xdist the other workers use the rest.
+    cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     with tempfile.TemporaryDirectory() as logs:
         try:
             while waiting or running:
-                while waiting and len(running) < len(os.sched_getaffinity(0)):
+                while waiting and len(running) < cores:
                     i, cmd = waiting.pop(0)
                     log = open(Path(logs) / f"{i}.log", "w+")
-                    cmd = [str(c) for c in cmd]
+                    cmd = command(cmd)
                     running[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env), log
                 finished = [i for i, (proc, _) in running.items() if proc.poll() is not None]
                 if not finished:
@@ -154,13 +169,10 @@ def run_side_by_side(*commands, timeout=900) -> list[str]:
     return [outputs[i] for i in range(len(commands))]
 
 
-# make in the repository, the installed venv taken as up to date.
-MAKE = ["make", "--no-print-directory", "-o", ".venv/.installed"]
-
-
 def make(target, *variables, env=None, timeout=900) -> subprocess.CompletedProcess:
-    """``make TARGET VARIABLES``, which may fail: its CompletedProcess."""
-    cmd = [*MAKE, target, *map(str, variables)]
+    """``make TARGET VARIABLES`` in the repository, which may fail: its CompletedProcess. The
+    installed venv (:data:`VENV`) is taken as up to date."""
+    cmd = ["make", "--no-print-directory", "-o", f"{VENV}/.installed", f"VENV={VENV}", target, *map(str, variables)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -179,12 +191,9 @@ def last_logged(log: str, split: str, key: str) -> float:
 
 def train_char_lm(data, *extra, model=TINY_CHAR_LM) -> subprocess.CompletedProcess:
     """fairseq-train of the ``model`` options on ``data``, logging JSON: its CompletedProcess."""
-    exe = BIN / "fairseq-train"
-    if not exe.exists():
-        pytest.skip("fairseq-train is not installed next to this interpreter")
-    cmd = [exe, data, *model, *CHAR_LM_TRAINING, "--batch-size", "8", "--log-format", "json", "--log-interval", "10"]
-    cmd += [*ON_CPU, *extra]
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    cmd = [BIN / "fairseq-train", data, *model, *CHAR_LM_TRAINING, "--batch-size", "8", "--log-format", "json",
+           "--log-interval", "10", *ON_CPU, *extra]  # fmt: skip
+    return subprocess.run(command(cmd), capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
 def char_lm_logs(data, *extra) -> list[tuple[str, dict]]:

@@ -81,6 +81,19 @@ def train_xlmr_tokenizer(texts: list[str], out: Path, size: int = 3000, family: 
     return out
 
 
+def renumbered(tokenizer: Path, out: Path, family: str) -> Path:
+    """The SentencePiece model of ``tokenizer`` (an XLM-R directory) as ``family``'s hub
+    directory lays it out (``camembert``: its own numbering of the same pieces)."""
+    from transformers import CamembertTokenizer, XLMRobertaTokenizer
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(tokenizer) / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
+    hf_class = {"xlm-roberta": XLMRobertaTokenizer, "camembert": CamembertTokenizer}[family]
+    hf_class.from_pretrained(str(out)).save_pretrained(str(out))
+    return out
+
+
 def train_tokenizer(texts: list[str], out: Path, size: int = 600) -> Path:
     """A RoBERTa-style tokenizer trained on ``texts``, saved by transformers into ``out``."""
     from tokenizers import AddedToken, ByteLevelBPETokenizer

@@ -2,34 +2,15 @@
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import BIN, ROOT, command
 
 
 def test_demo_runs_all_phases_and_scores_every_character(tmp_path):
     out = tmp_path / "demo"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "longformer_fs.cli",
-            "demo",
-            "--out",
-            str(out),
-            "--updates",
-            "4,3,3,2,2",
-            "--eval-window",
-            "128",
-            "--eval-step",
-            "32",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    demo = [BIN / "longformer-fs", "demo", "--out", out, "--updates", "4,3,3,2,2", "--eval-window", "128",
+            "--eval-step", "32"]  # fmt: skip
+    result = subprocess.run(command(demo), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     history = json.loads((out / "demo.json").read_text())
     assert [h["phase"] for h in history] == [1, 2, 3, 4, 5]

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+import helpers
 import pytest
 import torch
 from helpers import BIN, cli
@@ -21,8 +22,8 @@ from longformer_fs.report.runner import Context, Part, PartFailed, run_all
 
 def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
     out = tmp_path / "report"
-    command = [BIN / "longformer-fs", "report", "--device", "cpu", "--toy", "--out", out, "--budget", "900"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)  # as users run it
+    report = [BIN / "longformer-fs", "report", "--device", "cpu", "--toy", "--out", out, "--budget", "900"]
+    result = subprocess.run(helpers.command(report), capture_output=True, text=True, timeout=1200)  # as users run it
     report = json.loads((out / "report.json").read_text())
     not_ok = {name: part.get("error") for name, part in report["parts"].items() if part["status"] != "ok"}
     assert result.returncode == 0 and not not_ok, (not_ok, result.stdout[-3000:], result.stderr[-3000:])

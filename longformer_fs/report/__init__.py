@@ -28,10 +28,10 @@ from .runner import Context, Part, run_all, run_part
 # Cheapest first (seconds on an H100), so that a short budget still brings back the most.
 PARTS = [
     Part("check", "verify", "`longformer-fs check`: the compiled kernels against float64, then the backends timed",
-         90, 120, 10, parts.check),
+         150, 120, 10, parts.check),
     Part("cuda_tests", "verify", "the tests CI skips without a GPU (`pytest -m gpu`)", 90, 90, 10, parts.cuda_tests),
     Part("oracle", "verify", "every backend's layer against the float64 dense oracle, forward and backward, in "
-         "float32 and bf16: dilated, causal, global and padded", 90, 90, 10, parts.oracle),
+         "float32 and bf16: dilated, causal, global and padded", 150, 90, 10, parts.oracle),
     Part("lm", "end to end", "`bench lm`: longformer_lm_small against transformer_lm at 16K characters",
          60, 60, 20, parts.lm),
     Part("sample", "end to end", "`bench sample`: writing after 8K and 32K characters", 60, 60, 15, parts.sample),

@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 from helpers import fails, ok
-from hf_models import english, save_model, scaled, train_tokenizer, vocab_size
+from hf_models import english, save_model, scaled, vocab_size
 
 from longformer_fs.evaluation.checkpoint import load_model
 
@@ -23,8 +23,9 @@ TOL = {"atol": 1e-5, "rtol": 1e-5}
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return train_tokenizer(english(), tmp_path_factory.mktemp("tokenizer"))
+def tokenizer(hub_tokenizer):
+    """The suite's RoBERTa-style tokenizer, trained once per run (conftest.hub_tokenizer)."""
+    return hub_tokenizer
 
 
 def longformer_config(tokenizer, **extra):

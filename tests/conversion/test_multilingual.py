@@ -13,8 +13,9 @@ import shutil
 import pytest
 import torch
 from helpers import fails, ok, pretrain_roberta
-from hf_models import multilingual, scaled, train_xlmr_tokenizer
+from hf_models import renumbered, scaled
 
+from longformer_fs import from_pretrained
 from longformer_fs.evaluation.checkpoint import load_model
 from longformer_fs.tokenization import SubwordSpec
 
@@ -24,18 +25,15 @@ SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interme
 
 
 @pytest.fixture(scope="module")
-def xlmr(tmp_path_factory):
+def xlmr(xlmr_tokenizer):
     """An XLM-R tokenizer directory and the text it was trained on, ``{script: texts}``."""
-    texts = multilingual(300)
-    tokenizer = train_xlmr_tokenizer([t for ts in texts.values() for t in ts], tmp_path_factory.mktemp("xlmr"), 1500)
-    return tokenizer, texts
+    return xlmr_tokenizer["dir"], xlmr_tokenizer["train"]
 
 
 @pytest.fixture(scope="module")
 def camembert(xlmr, tmp_path_factory):
-    """The same text's SentencePiece model as CamemBERT's hub directory numbers it."""
-    texts = [t for ts in xlmr[1].values() for t in ts]
-    return train_xlmr_tokenizer(texts, tmp_path_factory.mktemp("camembert"), 1500, family="camembert")
+    """The same SentencePiece model as CamemBERT's hub directory numbers it."""
+    return renumbered(xlmr[0], tmp_path_factory.mktemp("camembert"), "camembert")
 
 
 def save_with_tokenizer(model, tokenizer, out):
@@ -108,6 +106,18 @@ def test_convert_roberta_makes_xlmr_long_and_export_hf_brings_it_back(xlmr, tmp_
     torch.testing.assert_close(got[real], expected[real], **TOL)
     assert expected.abs().max() > 10  # far from a fresh model's near-zero logits
     prep_ids_equal_hf(tmp_path / "long", tokenizer, samples)
+
+    # Through the hub, the SentencePiece model given by hand (spm=): HF's ids and logits.
+    (tmp_path / "bare").mkdir()
+    for name in ("model.pt", "dict.txt"):
+        (tmp_path / "bare" / name).write_bytes((tmp_path / "long" / name).read_bytes())
+    hub = from_pretrained(tmp_path / "bare", spm=tokenizer / "sentencepiece.bpe.model")
+    ids = XLMRobertaTokenizer.from_pretrained(str(tokenizer))(samples, truncation=True, max_length=128)["input_ids"]
+    for i, sample in enumerate(samples):
+        assert hub.encode(sample)[:128].tolist()[:-1] == ids[i][:-1]  # both end with </s>
+        with torch.no_grad():
+            logits = hub.model(torch.tensor([ids[i]]))[0][0]
+        torch.testing.assert_close(logits.double(), expected[i, : len(ids[i])], atol=1e-4, rtol=1e-4)
 
     # And back out: a directory that AutoTokenizer and AutoModel load, with our ids and logits.
     long = tmp_path / "long"

@@ -126,6 +126,21 @@ def test_download_then_prepare(tmp_path, http_server):
         prepare("enwik8", tmp_path / "offline", download_missing=True, url=f"{base}/nothing-here.zip")
 
 
+def test_a_download_that_is_not_the_official_zip_is_refused(tmp_path, http_server):
+    """--download checks what it fetched against the official checksum, as --zip does: a
+    mirror's different file stops before anything is prepared (the zip stays, for a rerun
+    with --skip-checksum on purpose)."""
+    root, base = http_server
+    make_zip(root / "text8.zip", "text8", text8_like(sum(SIZES)))
+    out = tmp_path / "out"
+    with pytest.raises(PrepError, match="has sha1 [0-9a-f]{40}, but the official text8.zip .* --skip-checksum"):
+        prepare("text8", out, download_missing=True, split_sizes=SIZES, url=f"{base}/text8.zip")
+    assert sorted(p.name for p in out.iterdir()) == ["text8.zip"]
+    (root / "text8.zip").unlink()  # a rerun reads what was fetched
+    prepare("text8", out, download_missing=True, verify=False, split_sizes=SIZES, url=f"{base}/text8.zip")
+    assert read_split(out, "train") == text8_like(sum(SIZES))[: SIZES[0]]
+
+
 def test_cli(tmp_path, capsys):
     zip_path = make_zip(tmp_path / "text8.zip", "text8", text8_like(sum(SIZES)))
     args = ["prep", "text8", "--zip", str(zip_path), "--out", str(tmp_path / "out"), "--split-sizes", "3000,400,350"]

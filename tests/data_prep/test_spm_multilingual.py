@@ -11,19 +11,15 @@ included.
 """
 
 import pytest
-from hf_models import multilingual, train_xlmr_tokenizer
 
 from longformer_fs.conventions import UNK
 from longformer_fs.tokenization import SubwordSpec
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(xlmr_tokenizer):
     """``{script: held-out texts}`` and an XLM-R tokenizer directory trained on the rest."""
-    texts = multilingual()
-    train = [t for script_texts in texts.values() for t in script_texts[::2]]
-    held_out = {script: script_texts[1::2] for script, script_texts in texts.items()}
-    return held_out, train_xlmr_tokenizer(train, tmp_path_factory.mktemp("xlmr"))
+    return xlmr_tokenizer["held_out"], xlmr_tokenizer["dir"]
 
 
 def test_prep_ids_equal_xlmr_tokenizer_ids_in_five_scripts(corpus, tmp_path):

@@ -14,6 +14,8 @@ at 128 tokens, which holds neither supporting paragraph.
 import json
 import math
 import random
+import re
+import string
 
 import numpy as np
 import pytest
@@ -258,15 +260,30 @@ def test_eval_prints_the_three_scores_and_refuses_other_data(work, trained):
     assert "no HotpotQA head" in err and not (tmp / "hf").exists()
 
 
-def test_the_hub_predicts_a_prepared_split_as_eval_hotpotqa_does(work, trained, tmp_path):
+def test_the_hub_answers_the_gold_files_questions_as_eval_hotpotqa_scores_them(work, trained):
+    """The hub's predictions on the prepared split are the official script's input, a
+    prediction for every question of the gold file; their exact matches against the gold
+    answers and supporting facts, counted here, are the EM eval-hotpotqa reports."""
     from longformer_fs import from_pretrained
     from longformer_fs.evaluation.hotpotqa import prediction_file
 
     tmp = work["tmp"]
     checkpoint = tmp / "data_model" / "checkpoint_best.pt"
-    ok("eval-hotpotqa", checkpoint, "--data", tmp / "data", "--device", "cpu", "--predictions", tmp_path / "p.json")
-    hub = from_pretrained(checkpoint)
-    assert prediction_file(hub.predict_prepared(tmp / "data")) == json.loads((tmp_path / "p.json").read_text())
+    predicted = prediction_file(from_pretrained(checkpoint).predict_prepared(tmp / "data"))
+    gold = {r["_id"]: r for r in work["valid"]}
+    assert set(predicted["answer"]) == set(predicted["sp"]) == set(gold)
+    answers = sum(normalized(predicted["answer"][k]) == normalized(gold[k]["answer"]) for k in gold)
+    facts = sum({tuple(f) for f in predicted["sp"][k]} == {tuple(f) for f in gold[k]["supporting_facts"]} for k in gold)
+    printed = ok("eval-hotpotqa", checkpoint, "--data", tmp / "data", "--device", "cpu")
+    em = {line.split()[0]: float(re.search(r"EM\s+([\d.]+)", line)[1]) for line in printed.splitlines()[1:]}
+    assert em["answer"] == pytest.approx(100 * answers / len(gold), abs=0.01) and answers > 0
+    assert em["supporting"] == pytest.approx(100 * facts / len(gold), abs=0.01)
+
+
+def normalized(answer: str) -> str:
+    """HotpotQA's official normalisation: lower case, no punctuation, no articles, one space."""
+    text = "".join(ch for ch in answer.lower() if ch not in string.punctuation)
+    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
 
 
 # ---------------------------------------------------------------- recipes and make targets

@@ -85,10 +85,31 @@ def test_sequence_generator_decodes_incrementally_as_it_recomputes(tiny_char_lm)
         assert len(ours[0]["tokens"]) == length + 1  # and </s>
 
 
-def test_sample_writes_the_continuation_and_the_command_prints_it(tiny_char_lm):
+def argmax_continuation(hub, prompt: str, written: str) -> list[int]:
+    """The most likely byte after each prefix of ``prompt + written`` (past the prompt), by
+    one forward pass over the whole text from ``</s>``, as fairseq's LM task starts a
+    line: no cache, no generator. Returns them with the bytes ``written`` holds."""
+    ids = hub.encode(prompt + written)[:-1]
+    tokens = torch.cat([torch.tensor([hub.task.dictionary.eos()]), ids])[None]
+    with torch.no_grad():
+        logits = hub.model(tokens)[0][0]
+    start = len(prompt.encode())
+    return logits[start : start + len(written.encode())].argmax(-1).tolist(), ids[start:].tolist()
+
+
+def test_sample_writes_the_continuation_and_the_command_prints_it(tiny_char_lm, tmp_path):
     hub = from_pretrained(tiny_char_lm[0])
     greedy = hub.sample("the cat ", max_new=30, greedy=True)
     assert len(greedy.encode()) == 30 and set(greedy) <= set("the cat sat on a mat and dog ran far")
+    predicted, written = argmax_continuation(hub, "the cat ", greedy)
+    assert predicted == written  # greedy is the argmax, recomputed over the whole text
+    # Nucleus sampling with a nucleus of one byte is the argmax too; a prompt from a file is the prompt.
+    (tmp_path / "prompt.txt").write_text("the cat ")
+    nucleus = cli("sample", tiny_char_lm[0], "--prompt-file", tmp_path / "prompt.txt", "--max-new", "30",
+                  "--top-p", "1e-6", "--seed", "3")  # fmt: skip
+    assert nucleus.returncode == 0 and nucleus.stdout == greedy + "\n", nucleus.stderr
+    wide = hub.sample("the cat ", 30, top_p=0.95, seed=4)
+    assert len(wide.encode()) == 30 and wide != greedy  # sampling, not the argmax
     assert hub.sample("the cat ", 30, seed=7) == hub.sample("the cat ", 30, seed=7)
     result = cli("sample", tiny_char_lm[0], "--prompt", "the cat ", "--max-new", "30", "--greedy")
     assert result.returncode == 0 and result.stdout == greedy + "\n", result.stderr

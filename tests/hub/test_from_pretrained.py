@@ -22,6 +22,31 @@ def test_each_model_class_gives_its_hub_interface(tiny_char_lm, longformer_hub, 
         LongformerRobertaModel.from_pretrained(tiny_char_lm[0])
 
 
+def test_the_dictionary_and_tokenizer_given_by_hand_read_text_as_hf_does(longformer_hub, tmp_path):
+    """A model directory holding only model.pt: its dictionary from ``data_name_or_path``
+    (relative to the model's directory, as fairseq reads it) and GPT-2's BPE files from
+    ``encoder_json=`` and ``vocab_bpe=``. The oracle is the released model's own HF tokenizer
+    and model: the same ids, the same logits."""
+    from transformers import AutoTokenizer, LongformerForMaskedLM
+
+    ok("import-hf", longformer_hub, "--out", tmp_path / "model")
+    files = tmp_path / "model" / "files"
+    files.mkdir()
+    for name in ("dict.txt", "encoder.json", "vocab.bpe"):
+        (tmp_path / "model" / name).rename(files / name)
+    with pytest.raises(FileNotFoundError):
+        from_pretrained(tmp_path / "model", encoder_json=files / "encoder.json", vocab_bpe=files / "vocab.bpe")
+    hub = from_pretrained(tmp_path / "model", "model.pt", "./files", encoder_json=files / "encoder.json",
+                          vocab_bpe=files / "vocab.bpe")  # fmt: skip
+    text = "Every command has --help; make help lists the make targets and their variables."
+    expected = AutoTokenizer.from_pretrained(str(longformer_hub))(text)["input_ids"]
+    tokens = hub.encode(text)
+    assert tokens.tolist() == expected and len(expected) > 12
+    theirs = LongformerForMaskedLM.from_pretrained(longformer_hub).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hub.model(tokens[None])[0], theirs(tokens[None]).logits, atol=1e-4, rtol=1e-4)
+
+
 def test_what_cannot_be_loaded_is_said_in_one_line(tiny_roberta, tmp_path):
     ok("convert-roberta", tiny_roberta, "--out", tmp_path / "converted", "--max-positions", "256")
     with pytest.raises(FileNotFoundError, match="tokenizer: no encoder.json and vocab.bpe .* pass encoder_json="):

@@ -14,14 +14,12 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import helpers
 from pages import ROOT, all_blocks, journeys
-
-BIN = Path(sys.executable).parent
 
 
 class Workspace:
@@ -40,12 +38,12 @@ class Workspace:
             (self.root / name).symlink_to(ROOT / name)
         venv = self.root / ".venv"
         venv.mkdir()
-        for entry in (ROOT / ".venv").iterdir():
+        for entry in helpers.VENV.iterdir():
             if entry.name != ".installed":
                 (venv / entry.name).symlink_to(entry)
         (venv / ".installed").touch()
         # The venv's editable install points at the user's checkout: here, at this one.
-        path = f"{BIN}{os.pathsep}{os.environ['PATH']}"
+        path = f"{helpers.VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"
         self.env = dict(os.environ, PATH=path, PWD=str(self.root), PYTHONPATH=str(self.root))
         for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # a make running the tests is not the user's
             self.env.pop(name, None)
@@ -72,6 +70,8 @@ class Journey:
 
     name: str
     extras: dict[str, str] = field(default_factory=dict)
+    # After run: each step's standard output alone (run returns both streams together).
+    stdout: dict[str, str] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[str]:
@@ -102,6 +102,7 @@ class Journey:
                 f"{self.name}: `{self.command(step)}` exited {result.returncode}:\n{log[-5000:]}"
             )
             outputs[step] = log
+            self.stdout[step] = result.stdout
         return outputs
 
 

@@ -38,20 +38,23 @@ def test_classification_imdb_and_hyperpartisan_over_seeds(roberta_base, gpt2, tm
     workspace = workspace_with_roberta(tmp_path, roberta_base, gpt2)
     write_aclimdb(workspace.path("aclImdb"))
     write_byarticle(workspace.path("byarticle.jsonl"), [False, True, False, True, False])
-    logs = Journey("classification", {"make finetune-": TWO_UPDATES}).run(workspace)
+    # Two seeds of the page's five: what the mean and spread over seeds need (SEEDS, which the page shows).
+    logs = Journey("classification", {"make finetune-": TWO_UPDATES, "make finetune-hyperpartisan": "SEEDS=2"}).run(
+        workspace
+    )
     imdb = json.loads(workspace.path("data-bin/imdb/stats.json").read_text())
     assert imdb["splits"]["train"]["documents"] == 5  # unsup/ is not a label
     report = step_log(logs, "make finetune-hyperpartisan")
-    assert report.count("recipe hyperpartisan trains in float32 (common.fp16=false)") == 5
+    assert report.count("recipe hyperpartisan trains in float32 (common.fp16=false)") == 2
     # 3 training articles, batch 32, 15 epochs: 15 updates, 10% warmup (before HYDRA_ARGS' 2).
     assert "lr_scheduler.total_num_update=15 lr_scheduler.warmup_updates=2" in report
     runs = workspace.path("checkpoints/finetune/hyperpartisan")
-    states = [torch.load(runs / f"seed{s}" / "checkpoint_best.pt", weights_only=False) for s in range(1, 6)]
-    assert [s["cfg"]["common"]["seed"] for s in states] == [1, 2, 3, 4, 5]
+    states = [torch.load(runs / f"seed{s}" / "checkpoint_best.pt", weights_only=False) for s in range(1, 3)]
+    assert [s["cfg"]["common"]["seed"] for s in states] == [1, 2] and not (runs / "seed3").exists()
     head = "classification_heads.sentence_classification_head.out_proj.weight"
     assert not torch.equal(states[0]["model"][head], states[1]["model"][head])
     best = [s["extra_state"]["best"] for s in states]
-    summary = f"f1 over 5 seeds: mean {np.mean(best):.2f}, std {np.std(best, ddof=1):.2f}"
+    summary = f"f1 over 2 seeds: mean {np.mean(best):.2f}, std {np.std(best, ddof=1):.2f}"
     assert summary in report.splitlines(), report[-2000:]
     model = LongformerForSequenceClassification.from_pretrained(workspace.path("hf_hyperpartisan"))
     assert model.config.num_labels == 2

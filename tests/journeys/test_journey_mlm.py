@@ -5,10 +5,11 @@ tokenizer, the recipe run by fairseq-hydra-train itself), from fairseq's RoBERTa
 classifier, back out to HF); and docs/data.md's corpus of every source kind."""
 
 import json
+import shutil
 
 import torch
 from helpers import assert_refused_in_one_line
-from hf_models import multilingual, train_xlmr_tokenizer, translations
+from hf_models import translations
 from journey import Journey, Workspace
 from releases import ARXIV_SENTENCES, write_dump, write_paper_pdf
 
@@ -61,12 +62,12 @@ def test_continued_pretraining_from_roberta_out_to_hf(roberta_base, gpt2, tmp_pa
     )
 
 
-def xlmr_base(texts: list[str], out) -> None:
+def xlmr_base(tokenizer, out) -> None:
     """``xlm-roberta-base/`` as the hub serves it, at the sizes of TOY_ROBERTA: transformers'
-    XLM-R with 512 positions and XLM-R's SentencePiece tokenizer trained on ``texts``."""
+    XLM-R with 512 positions and XLM-R's SentencePiece tokenizer (``tokenizer``'s files)."""
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer
 
-    train_xlmr_tokenizer(texts, out, 1500)
+    shutil.copytree(tokenizer, out)
     vocab = len(XLMRobertaTokenizer.from_pretrained(str(out)))
     config = XLMRobertaConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                               intermediate_size=128, max_position_embeddings=514, layer_norm_eps=1e-5,
@@ -74,7 +75,7 @@ def xlmr_base(texts: list[str], out) -> None:
     XLMRobertaForMaskedLM(config).save_pretrained(out)
 
 
-def test_a_long_model_in_your_language(tmp_path):
+def test_a_long_model_in_your_language(xlmr_tokenizer, tmp_path):
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -83,7 +84,7 @@ def test_a_long_model_in_your_language(tmp_path):
     )
 
     workspace = Workspace(tmp_path / "checkout")
-    xlmr_base([t for ts in multilingual(200).values() for t in ts], workspace.path("xlm-roberta-base"))
+    xlmr_base(xlmr_tokenizer["dir"], workspace.path("xlm-roberta-base"))
     write_dump(workspace.path("frwiki-pages-articles.xml.bz2"), 0.05)
     french = [t for t in translations("fr", 400) if len(t.split()) >= 3][:40]
     rows = [{"text": text, "label": i % 2} for i, text in enumerate(french)]

@@ -27,8 +27,9 @@ def test_triviaqa_from_the_released_model_to_hf(longformer_hub, tmp_path):
 
     make = next(log for step, log in logs.items() if step.startswith("make finetune-triviaqa"))
     assert NOTICE in make and "valid (questions): EM" in make
-    # The recipe takes the released model's sizes, windows (16 in HF: 8 a side) and positions.
-    assert "++model.encoder_embed_dim=32" in make and "++model.attention_window='8'" in make
+    # The recipe takes the released model's sizes, windows (16 and 32 in HF: 8 and 16 a side, one
+    # per layer) and positions; the model it trains has them, layer by layer.
+    assert "++model.encoder_embed_dim=32" in make and "++model.attention_window='8,16'" in make
     assert "task.max_positions=4096" in make
     official = json.loads(workspace.path("wikipedia-predictions.json").read_text())
     assert set(official) == {"tc_33", "tc_51"}  # the test file's questions, answered without gold
@@ -37,6 +38,7 @@ def test_triviaqa_from_the_released_model_to_hf(longformer_hub, tmp_path):
     checkpoint = workspace.path("checkpoints/finetune/triviaqa/checkpoint_best.pt")
     theirs = LongformerForQuestionAnswering.from_pretrained(workspace.path("hf_triviaqa")).eval()
     ours, _ = load_model(checkpoint, workspace.path("data-bin/triviaqa"))
+    assert [layer.self_attn.window for layer in ours.encoder.sentence_encoder.layers] == [8, 16]
     tokens = torch.tensor([[0, 40, 41, 42, 2, 50, 51, 52, 53, 54, 2]])
     question = torch.zeros_like(tokens, dtype=torch.bool)
     question[0, :5] = True

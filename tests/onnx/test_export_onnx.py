@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import assert_refused_in_one_line, fails, ok
-from hf_models import english, save_model, scaled, train_tokenizer, vocab_size
+from hf_models import save_model, scaled, vocab_size
 
 POSITIONS = 16384
 LENGTHS = [1, 7, 333, 2050]
@@ -42,10 +42,11 @@ def hf_model(kind: str, tokenizer, std: float = 0.5):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """``{kind: (HF model, model.onnx, export report)}`` for the three heads export-onnx serves."""
+def exported(hub_tokenizer, tmp_path_factory):
+    """``{kind: (HF model, model.onnx, export report)}`` for the three heads export-onnx serves,
+    over the suite's RoBERTa-style tokenizer (conftest.hub_tokenizer)."""
     root = tmp_path_factory.mktemp("onnx_export")
-    tokenizer = train_tokenizer(english(), root / "tokenizer", 600)
+    tokenizer = hub_tokenizer
     models = {}
     for kind in HEADS:
         theirs = hf_model(kind, tokenizer)
@@ -110,17 +111,30 @@ def test_one_file_equals_hf_at_every_length_and_global_pattern(exported, kind):
     assert np.abs(hf_outputs(theirs, batch)[0]).max() > 1  # far from a fresh model's near-zero outputs
 
 
-def test_float16_export_is_within_1e_2(exported, tmp_path):
+def matrix_types(path) -> dict[str, int]:
+    """How many of the file's weight matrices (2-D initializers) are stored in each type."""
+    import onnx
+
+    model = onnx.load(str(path))
+    names = [onnx.TensorProto.DataType.Name(t.data_type) for t in model.graph.initializer if len(t.dims) == 2]
+    return {name: names.count(name) for name in set(names)}
+
+
+def test_float16_export_is_within_1e_2(exported, hub_tokenizer, tmp_path):
     """On weights moved by N(0, 0.1^2): float16 keeps 3 significant digits a step, and the
     N(0, 0.5^2) models' outputs sit at the edge of 1e-2 after two such layers."""
     import onnxruntime
 
-    theirs = hf_model("qa", exported["qa"][1].parent / "tokenizer", std=0.1)
-    save_model(theirs, exported["qa"][1].parent / "tokenizer", tmp_path / "hf")
+    theirs = hf_model("qa", hub_tokenizer, std=0.1)
+    save_model(theirs, hub_tokenizer, tmp_path / "hf")
     ok("import-hf", tmp_path / "hf", "--out", tmp_path / "ckpt")
     checkpoint = tmp_path / "ckpt" / "model.pt"
     report = json.loads(ok("export-onnx", checkpoint, "--out", tmp_path / "qa16.onnx", "--dtype", "float16", "--json"))
     assert report["dtype"] == "float16"
+    # The file itself holds half weights (a float32 file with a float16 label would pass the rest).
+    half, full = matrix_types(tmp_path / "qa16.onnx"), matrix_types(exported["qa"][1])
+    assert set(full) == {"FLOAT"} and set(half) == {"FLOAT16"} and sum(half.values()) == sum(full.values()) > 10
+    assert (tmp_path / "qa16.onnx").stat().st_size < 0.6 * exported["qa"][1].stat().st_size
     session = onnxruntime.InferenceSession(str(tmp_path / "qa16.onnx"))
     for length, pattern in ((9, "one"), (700, "many")):
         batch = inputs(theirs.config.vocab_size, length, pattern)
@@ -164,6 +178,21 @@ def test_a_process_without_torch_serves_16k_tokens_in_linear_memory(exported, tm
     print({n: f"{p / 2**20:.0f} MiB" for n, p in peaks.items()})
     assert peaks[POSITIONS] < 2**30 * 0.75
     assert peaks[POSITIONS] < 4 * peaks[4096]
+
+
+def test_the_longest_input_equals_hf_and_one_more_token_is_an_error(exported):
+    """At the model's maximum length (its positions), padded, with a global question, the file
+    is HF's model; one token more has no position, and onnxruntime stops rather than answer."""
+    import onnxruntime
+
+    theirs, path, _ = exported["qa"]
+    session = onnxruntime.InferenceSession(str(path))
+    batch = inputs(theirs.config.vocab_size, POSITIONS, "one", seed=5)
+    batch["global_attention_mask"][:, :9] = 1
+    assert_close(session.run(None, batch), hf_outputs(theirs, batch), batch, TOL)
+    longer = {name: value[:1] for name, value in inputs(theirs.config.vocab_size, POSITIONS + 1, "one").items()}
+    with pytest.raises(Exception, match="(?i)index|out of (range|bounds)|indices"):
+        session.run(None, longer)
 
 
 def test_a_self_check_mismatch_fails_with_the_numbers(exported):

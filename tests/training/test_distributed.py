@@ -203,8 +203,8 @@ def test_a_finished_run_exits_0_every_time_and_a_failed_one_does_not(char_corpus
     With it, every run exits 0, the launcher's and plain fairseq-train's (the plugin stops
     the loaders at exit in every process that loads it), and one whose rank 1 fails does
     not. Two runs at a time."""
-    runs = [("no-stop", "fairseq-train", 1), ("clean", "fairseq-train", 2), ("clean", "fairseq-train", 2),
-            ("clean", "fairseq-train", 1), ("clean", "launcher", 2), ("fail-rank-1", "launcher", 2)]  # fmt: skip
+    runs = [("no-stop", "fairseq-train", 1), ("clean", "fairseq-train", 2), ("clean", "fairseq-train", 1),
+            ("clean", "launcher", 2), ("fail-rank-1", "launcher", 2)]  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda i: slow_batches_run(*runs[i], char_corpus, tmp_path / str(i)), range(len(runs))))
     (code, log), *clean, (failed_code, failed_log) = results

@@ -1,0 +1,251 @@
+"""Warm starts for the suite's processes: fairseq's and our commands without their imports.
+
+A process of ``fairseq-train`` or ``longformer-fs`` spends about 9 s of this machine's time
+importing torch, fairseq (scikit-learn, SciPy, pandas through it) and transformers before
+it does anything; the suite starts hundreds. The zygote imports them once per test worker
+and then forks a child for each command: the child takes the caller's standard streams
+(passed over a Unix socket), working directory, environment and arguments, runs the
+command's own entry point, and exits with its status. The shims (:func:`write_shims`),
+put first on ``PATH`` and in the journeys' venv, send the commands here; anything else,
+or any command when no zygote runs, is executed as it always was.
+
+Commands keep their meaning: the same entry points, a fresh fork of a process that never
+computed (no thread pool to inherit), logging reset to a new interpreter's before the
+command configures it, the caller's streams and exit status. What a fork cannot give is a
+new interpreter's import order and its shutdown: tests of those (the plugin's
+registration, runs that must exit cleanly) start real processes (``real=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+# Commands run here: the console scripts, and ``python -m`` of these packages.
+TOOLS = {
+    "fairseq-train": "fairseq_cli.train:cli_main",
+    "fairseq-hydra-train": "fairseq_cli.hydra_train:cli_main",
+    "fairseq-preprocess": "fairseq_cli.preprocess:cli_main",
+    "fairseq-generate": "fairseq_cli.generate:cli_main",
+    "fairseq-interactive": "fairseq_cli.interactive:cli_main",
+    "fairseq-eval-lm": "fairseq_cli.eval_lm:cli_main",
+    "fairseq-validate": "fairseq_cli.validate:cli_main",
+    "longformer-fs": "longformer_fs.cli:main",
+    "torchrun": "torch.distributed.run:main",  # its workers start as sys.executable -u -m ...: warm too
+}
+MODULES = ("longformer_fs", "fairseq_cli")
+ENV = "LFS_ZYGOTE"
+
+
+# ------------------------------------------------------------------------------ the client
+
+
+def client(tool: str, real: str) -> None:
+    """A shim's body: run ``tool`` (``sys.argv[1:]``) in the zygote, or ``real`` itself."""
+    args = sys.argv[1:]
+    address = os.environ.get(ENV)
+    plain = args[1:] if tool == "python" and args[:1] == ["-u"] else args  # torchrun's workers: unbuffered
+    routed = tool != "python" or (len(plain) >= 2 and plain[0] == "-m" and plain[1].split(".")[0] in MODULES)
+    if not address or not routed:
+        os.execv(real, [real, *args])
+    if plain is not args:
+        os.environ["PYTHONUNBUFFERED"] = "1"
+        args = plain
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(address)
+    except OSError:
+        os.execv(real, [real, *args])
+    # The child's sys.executable: this shims' python, so that what it starts in turn (a
+    # command found next to the interpreter, python -m ...) starts warm too.
+    python = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "python")
+    request = {"tool": tool, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "executable": python}
+    request = json.dumps(request).encode()
+    socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [0, 1, 2])
+    reader = connection.makefile("r")
+    pid = int(reader.readline())
+    import signal
+
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, lambda n, _: os.kill(pid, n))
+    status = int(reader.readline() or "-9")
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    sys.exit(status)
+
+
+def write_shims(directory: Path, real_bin: Path) -> Path:
+    """Shims for :data:`TOOLS` and ``python`` in ``directory``, each falling back to its
+    namesake in ``real_bin``; returns ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    here = Path(__file__).resolve().parent
+    for name in [*TOOLS, "python", "python3"]:
+        shim = directory / name
+        tool = "python" if name.startswith("python") else name
+        shim.write_text(
+            f"#!{real_bin / 'python'} -S\nimport sys\nsys.path.insert(0, {str(here)!r})\n"
+            f"from zygote import client\nclient({tool!r}, {str(real_bin / name)!r})\n"
+        )
+        shim.chmod(0o755)
+    return directory
+
+
+# ------------------------------------------------------------------------------ the server
+
+
+def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+    size = int.from_bytes(data[:8], "big")
+    body = data[8:]
+    while len(body) < size:
+        body += connection.recv(size - len(body))
+    return json.loads(body), list(fds)
+
+
+def _run(request: dict) -> int:
+    """In the child: the command, as its console script or ``python -m`` runs it."""
+    import importlib
+    import logging
+    import runpy
+
+    tool, args = request["tool"], request["args"]
+    root = logging.getLogger()
+    for handler in root.handlers[:]:  # a new interpreter's logging: the command sets its own
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    try:
+        if tool == "python":
+            module = args[1]
+            if module == "longformer_fs.launch" and args[2:3] == ["fairseq-train"]:
+                importlib.reload(importlib.import_module("fairseq_cli.train"))  # its logging set-up
+            sys.argv = ["-m", *args[2:]]
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        elif tool == "longformer-fs":
+            from longformer_fs.cli import main
+
+            sys.argv = [tool, *args]
+            return main(args) or 0
+        else:
+            name, function = TOOLS[tool].split(":")
+            module = importlib.import_module(name)
+            if name.startswith("fairseq_cli."):
+                module = importlib.reload(module)  # runs its logging set-up again
+            sys.argv = [tool, *args]
+            getattr(module, function)()
+        return 0
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def _child(request: dict, fds: list[int]) -> None:
+    import atexit
+    import signal
+
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    sys.executable = request["executable"]
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for stream in (sys.stdout, sys.stderr):  # buffered as a new interpreter's would be on these files
+        if os.environ.get("PYTHONUNBUFFERED"):
+            stream.reconfigure(write_through=True)
+        elif os.isatty(stream.fileno()):
+            stream.reconfigure(line_buffering=True)
+    for entry in reversed([p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]):
+        sys.path.insert(0, entry)
+        _alias_package(Path(entry))
+    status = _run(request)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(status)
+
+
+def _alias_package(entry: Path) -> None:
+    """A journey's checkout links this one's files: its ``longformer_fs`` is the same
+    package, which fairseq's ``--user-dir`` then finds already imported."""
+    import longformer_fs
+
+    alias = entry / "longformer_fs"
+    if alias.is_dir() and alias.resolve() == Path(longformer_fs.__path__[0]).resolve():
+        longformer_fs.__path__.append(str(alias))
+
+
+def serve(address: str) -> None:
+    """Import what the commands need, then fork a child per request until stdin closes."""
+    import selectors
+    import signal
+
+    os.environ.pop(ENV, None)
+    import fairseq  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import longformer_fs.cli  # noqa: F401
+    import longformer_fs.components  # noqa: F401
+    import longformer_fs.launch  # noqa: F401
+
+    for entry in TOOLS.values():
+        __import__(entry.split(":")[0])
+    assert not torch.cuda.is_initialized()
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if p != here]  # a command's own interpreter would not see tests/
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(sys.stdin, selectors.EVENT_READ)  # the test worker's end: closed, we stop
+    waiting: dict[int, socket.socket] = {}
+    print("ready", flush=True)
+    while True:
+        for key, _ in selector.select(timeout=0.02):
+            if key.fileobj is sys.stdin:
+                for pid in waiting:
+                    os.kill(pid, signal.SIGKILL)
+                return
+            connection, _ = listener.accept()
+            request, fds = _receive(connection)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                connection.close()
+                _child(request, fds)
+            for fd in fds:
+                os.close(fd)
+            connection.sendall(f"{pid}\n".encode())
+            waiting[pid] = connection
+        while waiting:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            connection = waiting.pop(pid, None)
+            if connection is not None:
+                try:
+                    connection.sendall(f"{code}\n".encode())
+                finally:
+                    connection.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
