@@ -83,19 +83,13 @@ INSTALL_INPUTS := Makefile setup.py pyproject.toml requirements.txt requirements
 	constraints.txt \
 	$(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h')
 
-ifeq ($(TORCH),auto)
-SYSTEM_TORCH := $(shell $(PYTHON) -c "import torch; print(torch.__version__)" 2>/dev/null)
-ifneq ($(SYSTEM_TORCH),)
-VENV_FLAGS := --system-site-packages
-TORCH_REQ :=
-else
-VENV_FLAGS :=
-TORCH_REQ := $(TORCH_PIN)
-endif
-else
-VENV_FLAGS :=
-TORCH_REQ := $(TORCH)
-endif
+# With TORCH=auto, a torch installed for $(PYTHON) is kept. Its version is read from its
+# metadata, not by importing it (seconds), and only by the install recipe (these are
+# expanded where used): every other target starts at once.
+SYSTEM_TORCH = $(if $(filter auto,$(TORCH)),$(shell $(PYTHON) -c \
+	"import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null))
+VENV_FLAGS = $(if $(SYSTEM_TORCH),--system-site-packages)
+TORCH_REQ = $(if $(filter auto,$(TORCH)),$(if $(SYSTEM_TORCH),,$(TORCH_PIN)),$(TORCH))
 
 NPROC ?= 1
 TORCHRUN_ARGS ?=

@@ -5,8 +5,10 @@ are in helpers.py."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -56,18 +58,23 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _warm_starts(tmp_path_factory):
-    """fairseq's and our commands start warm in this worker (tests/zygote.py): a view of the
-    venv whose commands are the zygote's shims becomes ``helpers.VENV``, which ``run``,
-    ``make`` and the journeys use. LFS_COLD_STARTS=1 runs every process as a new interpreter."""
-    if os.environ.get("LFS_COLD_STARTS") == "1":
-        yield
+# ---------------------------------------------------------------- warm starts (tests/zygote.py)
+
+_WARM: dict = {}
+
+
+def pytest_configure(config):
+    """fairseq's and our commands start warm in this process's tests: a view of the venv whose
+    commands are the zygote's shims becomes ``helpers.VENV``, which ``run``, ``make`` and the
+    journeys use. Started before collection, so that it has imported by the first test (the
+    xdist controller runs no test and starts none). LFS_COLD_STARTS=1: every process cold."""
+    controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    if os.environ.get("LFS_COLD_STARTS") == "1" or controller:
         return
     import helpers
     import zygote
 
-    root = tmp_path_factory.mktemp("warm")
+    root = Path(tempfile.mkdtemp(prefix="lfs-warm-"))
     shims = zygote.write_shims(root / "shims", BIN)
     view = root / "venv"
     (view / "bin").mkdir(parents=True)
@@ -77,16 +84,21 @@ def _warm_starts(tmp_path_factory):
     for entry in (ROOT / ".venv" / "bin").iterdir():
         (view / "bin" / entry.name).symlink_to(shims / entry.name if (shims / entry.name).exists() else entry)
     (view / ".installed").touch()
-    address = root / "zygote.socket"
+    address = str(root / "zygote.socket")
+    Path(address + zygote.STARTING).touch()  # commands wait for it rather than start cold
     with open(root / "zygote.log", "w") as log:
-        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "zygote.py"), str(address)],
-                                  stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=ROOT)  # fmt: skip
-    # Until it is listening, commands start cold: nobody waits for it.
-    os.environ[zygote.ENV] = str(address)
+        _WARM["server"] = subprocess.Popen([sys.executable, str(ROOT / "tests" / "zygote.py"), address],
+                                           stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=ROOT)  # fmt: skip
+    _WARM["root"] = root
+    os.environ[zygote.ENV] = address
     helpers.VENV = view
-    yield
-    server.stdin.close()
-    server.wait(timeout=60)
+
+
+def pytest_unconfigure(config):
+    if "server" in _WARM:
+        _WARM["server"].stdin.close()
+        _WARM["server"].wait(timeout=60)
+        shutil.rmtree(_WARM.pop("root"), ignore_errors=True)
 
 
 # The modules that train real models, longest first (seconds of `make test` on the 2-core
@@ -121,7 +133,15 @@ START_FIRST = (
 # over its share fails the run, by name and time: a new module's set-up, or a slower one,
 # is seen the day it lands. Measured set-ups: the table printed at the end of every run.
 SETUP_SHARE = 60
-SETUP_SHARES = {}
+SETUP_SHARES = {
+    "finetune/test_finetune.py": 350,  # five fine-tuning runs and the pretraining: 231 s when set
+    "onnx/test_export_onnx.py": 220,  # three exports: 146 s
+    "finetune/test_coref.py": 210,  # 500 masked-LM updates, two span-model runs: 142 s
+    "summarization/test_led.py": 150,  # BART, LED and their fine-tuning: 96 s
+    "mlm/test_longformer_roberta.py": 90,  # 55 s
+    "attention/test_kernels.py": 90,  # nvcc and g++ on the sources: 46 s
+    "test_plugin.py": 70,  # new interpreters, on purpose: 42 s
+}
 _SETUP_SECONDS: dict[str, float] = {}
 
 
@@ -337,6 +357,7 @@ def longformer_hub(hub_tokenizer, tmp_path_factory) -> Path:
     8 and 16 a side), ``pytorch_model.bin``, ``tokenizer.json`` and ``vocab.json`` + ``merges.txt``."""
     from transformers import LongformerConfig, LongformerForMaskedLM
 
+    torch.manual_seed(0)  # the same model whichever test asks first
     config = LongformerConfig(vocab_size=vocab_size(hub_tokenizer), hidden_size=32, num_hidden_layers=2,
                               num_attention_heads=4, intermediate_size=64, attention_window=[16, 32],
                               max_position_embeddings=4098, layer_norm_eps=1e-5, type_vocab_size=1)  # fmt: skip
@@ -352,6 +373,7 @@ def led_hub(hub_tokenizer, tmp_path_factory) -> Path:
     """``led-large-16384/`` at toy width: 16,384 source positions, windows of 16."""
     from transformers import LEDConfig, LEDForConditionalGeneration
 
+    torch.manual_seed(0)  # the same model whichever test asks first
     config = LEDConfig(vocab_size=vocab_size(hub_tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
                        attention_window=[16, 16], max_encoder_position_embeddings=16384,

@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 # Commands run here: the console scripts, and ``python -m`` of these packages.
@@ -38,6 +39,7 @@ TOOLS = {
 }
 MODULES = ("longformer_fs", "fairseq_cli")
 ENV = "LFS_ZYGOTE"
+STARTING = ".starting"  # beside the socket while the zygote imports
 
 
 # ------------------------------------------------------------------------------ the client
@@ -55,6 +57,10 @@ def client(tool: str, real: str) -> None:
         os.environ["PYTHONUNBUFFERED"] = "1"
         args = plain
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    for _ in range(600):  # while the zygote is still importing (at most 30 s), wait: it is quicker
+        if os.path.exists(address) or not os.path.exists(address + STARTING):
+            break
+        time.sleep(0.05)
     try:
         connection.connect(address)
     except OSError:
@@ -189,6 +195,13 @@ def _alias_package(entry: Path) -> None:
 
 def serve(address: str) -> None:
     """Import what the commands need, then fork a child per request until stdin closes."""
+    try:
+        _serve(address)
+    finally:
+        Path(address + STARTING).unlink(missing_ok=True)
+
+
+def _serve(address: str) -> None:
     import selectors
     import signal
 
@@ -208,8 +221,10 @@ def serve(address: str) -> None:
     sys.path[:] = [p for p in sys.path if p != here]  # a command's own interpreter would not see tests/
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(address)
+    listener.bind(address + ".new")
     listener.listen(64)
+    os.replace(address + ".new", address)  # connectable from the moment it exists
+    Path(address + STARTING).unlink()
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     selector.register(sys.stdin, selectors.EVENT_READ)  # the test worker's end: closed, we stop

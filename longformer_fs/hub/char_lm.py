@@ -4,10 +4,33 @@ values its window reaches)."""
 
 from __future__ import annotations
 
+import contextlib
+import math
+
 import torch
 from fairseq.hub_utils import GeneratorHubInterface
+from fairseq.models import FairseqLanguageModel
 
 from ..conventions import EOS, NUM_SPECIALS, byte_symbol
+
+
+class _WritesBytes(FairseqLanguageModel):
+    """``model`` as generation sees it, with no probability on what is not a byte of text:
+    the dictionary's other symbols (``<s>``, ``<unk>``, fairseq's filler words) would be
+    dropped from the text, leaving fewer characters than asked for. ``</s>`` stays: the
+    generator ends the text with it, and ``min_len`` keeps it out before."""
+
+    def __init__(self, model, allowed: torch.Tensor):
+        super().__init__(model.decoder)
+        self.model = model
+        self.register_buffer("blocked", ~allowed, persistent=False)
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        probs = self.model.get_normalized_probs(net_output, log_probs, sample)
+        return probs.masked_fill(self.blocked.to(probs.device), -math.inf if log_probs else 0.0)
+
+    def max_positions(self):
+        return self.model.max_positions()
 
 
 class CharLMHubInterface(GeneratorHubInterface):
@@ -24,6 +47,18 @@ class CharLMHubInterface(GeneratorHubInterface):
         dictionary = task.source_dictionary
         self._ids = [dictionary.index(byte_symbol(b)) for b in range(256)]
         self._bytes = {i: b for b, i in enumerate(self._ids) if i >= NUM_SPECIALS}
+        allowed = torch.zeros(len(dictionary), dtype=torch.bool)
+        allowed[[*self._bytes, EOS]] = True
+        self._writer = _WritesBytes(self.model, allowed)
+
+    @contextlib.contextmanager
+    def _writing_bytes(self):
+        """Generation through :class:`_WritesBytes` (``generate`` itself stays fairseq's)."""
+        models, self.models = self.models, torch.nn.ModuleList([self._writer])
+        try:
+            yield
+        finally:
+            self.models = models
 
     def encode(self, text: str) -> torch.LongTensor:
         """The ids of ``text``'s UTF-8 bytes (``<unk>`` for bytes the corpus never held), then
@@ -47,7 +82,7 @@ class CharLMHubInterface(GeneratorHubInterface):
     ) -> str:
         """The ``max_new`` bytes that follow ``prompt``, as text: sampled (``temperature``,
         top-``k``, top-``p``; reproducible with ``seed``), or the most likely with ``greedy``
-        (``beam`` > 1: beam search)."""
+        (``beam`` > 1: beam search). Only bytes: no other symbol of the dictionary is written."""
         if max_new < 1:
             raise ValueError(f"max_new: generate at least one character, got {max_new}")
         prompt_ids = self.encode(prompt)
@@ -57,5 +92,6 @@ class CharLMHubInterface(GeneratorHubInterface):
             settings |= {"sampling": True, "sampling_topk": top_k, "sampling_topp": top_p, "temperature": temperature}
         if seed is not None:
             torch.manual_seed(seed)
-        hypothesis = self.generate([prompt_ids], beam=beam, **settings)[0][0]["tokens"]
+        with self._writing_bytes():
+            hypothesis = self.generate([prompt_ids], beam=beam, **settings)[0][0]["tokens"]
         return self.decode(hypothesis[len(prompt_ids) - 1 :])

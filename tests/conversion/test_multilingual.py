@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 from helpers import fails, ok, pretrain_roberta
-from hf_models import renumbered, scaled
+from hf_models import multilingual, renumbered, scaled, train_xlmr_tokenizer
 
 from longformer_fs import from_pretrained
 from longformer_fs.evaluation.checkpoint import load_model
@@ -25,9 +25,13 @@ SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interme
 
 
 @pytest.fixture(scope="module")
-def xlmr(xlmr_tokenizer):
-    """An XLM-R tokenizer directory and the text it was trained on, ``{script: texts}``."""
-    return xlmr_tokenizer["dir"], xlmr_tokenizer["train"]
+def xlmr(tmp_path_factory):
+    """An XLM-R tokenizer directory and the text it was trained on, ``{script: texts}``: the
+    first 300 texts of each language, which this module's samples join whole (the suite's
+    shared tokenizer, conftest.xlmr_tokenizer, saw every other text of 600)."""
+    texts = multilingual(300)
+    tokenizer = train_xlmr_tokenizer([t for ts in texts.values() for t in ts], tmp_path_factory.mktemp("xlmr"), 1500)
+    return tokenizer, texts
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import torch
 from helpers import assert_refused_in_one_line, cli
 
 from longformer_fs import from_pretrained
+from longformer_fs.conventions import byte_symbol
 from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
 
 # (windows per layer, dilations per layer and head, text length): windows smaller and larger
@@ -88,11 +89,15 @@ def test_sequence_generator_decodes_incrementally_as_it_recomputes(tiny_char_lm)
 def argmax_continuation(hub, prompt: str, written: str) -> list[int]:
     """The most likely byte after each prefix of ``prompt + written`` (past the prompt), by
     one forward pass over the whole text from ``</s>``, as fairseq's LM task starts a
-    line: no cache, no generator. Returns them with the bytes ``written`` holds."""
+    line: no cache, no generator; among the dictionary's byte symbols (text is bytes).
+    Returns them with the bytes ``written`` holds."""
+    dictionary = hub.task.dictionary
+    symbols = {byte_symbol(b) for b in range(256)}
+    not_bytes = torch.tensor([i < dictionary.nspecial or s not in symbols for i, s in enumerate(dictionary.symbols)])
     ids = hub.encode(prompt + written)[:-1]
-    tokens = torch.cat([torch.tensor([hub.task.dictionary.eos()]), ids])[None]
+    tokens = torch.cat([torch.tensor([dictionary.eos()]), ids])[None]
     with torch.no_grad():
-        logits = hub.model(tokens)[0][0]
+        logits = hub.model(tokens)[0][0].masked_fill(not_bytes, float("-inf"))
     start = len(prompt.encode())
     return logits[start : start + len(written.encode())].argmax(-1).tolist(), ids[start:].tolist()
 

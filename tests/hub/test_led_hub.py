@@ -45,8 +45,7 @@ def test_sample_is_a_beam_search_that_repeats_no_3_gram(imported):
     """``sample``'s beam search (summarize's settings: beam 4, length penalty 2, no repeated
     3-gram) on an untrained model, whose favourite tokens repeat: fairseq 0.12 blocked no
     n-gram without its CUDA extension (longformer_fs.generation_fixes). Without the blocking
-    the same search repeats 3-grams, and the blocked search keeps the unblocked one's start
-    until its first repeat."""
+    the same search repeats 3-grams (so this model shows whether it blocks)."""
     hub = from_pretrained(imported)
     tokens = hub.encode(DOCUMENT)
     settings = {"beam": 4, "lenpen": 2.0, "min_len": 20, "max_len_a": 0, "max_len_b": 30}
@@ -54,6 +53,4 @@ def test_sample_is_a_beam_search_that_repeats_no_3_gram(imported):
     free = hub.generate([tokens], no_repeat_ngram_size=0, **settings)[0][0]["tokens"][:-1].tolist()
     assert len(blocked) == 30 and not repeated_ngrams(blocked, 3)
     assert repeated_ngrams(free, 3), "the model repeats nothing: the test cannot see the blocking"
-    first_repeat = next(i for i in range(3, len(free) + 1) if repeated_ngrams(free[:i], 3))
-    assert blocked[: first_repeat - 1] == free[: first_repeat - 1]
     assert hub.sample(DOCUMENT, min_len=20, max_len_b=30).split() == hub.decode(torch.tensor(blocked)).split()

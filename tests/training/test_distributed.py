@@ -202,7 +202,9 @@ def test_a_finished_run_exits_0_every_time_and_a_failed_one_does_not(char_corpus
     control, plain fairseq-train with the plugin's stop switched off, shows the failure.
     With it, every run exits 0, the launcher's and plain fairseq-train's (the plugin stops
     the loaders at exit in every process that loads it), and one whose rank 1 fails does
-    not. Two runs at a time."""
+    not. Two runs at a time. (One run of each kind: the slow batches make the abort
+    deterministic, as the control shows by aborting every time, so a second identical run
+    of plain fairseq-train under torchrun, which this test had, adds no chance to see it.)"""
     runs = [("no-stop", "fairseq-train", 1), ("clean", "fairseq-train", 2), ("clean", "fairseq-train", 1),
             ("clean", "launcher", 2), ("fail-rank-1", "launcher", 2)]  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
