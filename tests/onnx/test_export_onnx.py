@@ -136,7 +136,7 @@ def test_float16_export_is_within_1e_2(exported, hub_tokenizer, tmp_path):
     # The file itself holds half weights (a float32 file with a float16 label would pass the rest).
     half, full = matrix_types(tmp_path / "qa16.onnx"), matrix_types(exported["qa"][1])
     assert set(full) == {"FLOAT"} and set(half) == {"FLOAT16"} and sum(half.values()) == sum(full.values()) > 10
-    assert (tmp_path / "qa16.onnx").stat().st_size < 0.6 * exported["qa"][1].stat().st_size
+    assert (tmp_path / "qa16.onnx").stat().st_size < 0.7 * exported["qa"][1].stat().st_size  # the graph stays
     session = onnxruntime.InferenceSession(str(tmp_path / "qa16.onnx"))
     for length, pattern in ((9, "one"), (700, "many")):
         batch = inputs(theirs.config.vocab_size, length, pattern)
