@@ -74,6 +74,13 @@ def build(
     return BARTModel.build_model(args, task)
 
 
+def document(source_len: int) -> torch.Tensor:
+    """A source of random tokens, ``<s>`` first and ``</s>`` last: ``(1, source_len)``."""
+    src = torch.randint(4, VOCAB, (1, source_len))
+    src[0, 0], src[0, -1] = BOS, EOS
+    return src
+
+
 def step_measurement(
     kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None, repeat: int,
     device: str = "cpu", precision: str = "fp32", checkpoint_activations: bool = False,
@@ -81,8 +88,7 @@ def step_measurement(
     """Seconds and peak bytes of one training step (run in a child process)."""
     torch.manual_seed(0)
     model = build(kind, source_len, target_len, window, layers, width, checkpoint_activations).to(device).train()
-    src = torch.randint(4, VOCAB, (1, source_len))
-    src[0, 0], src[0, -1] = BOS, EOS
+    src = document(source_len)
     tgt = torch.randint(4, VOCAB, (1, target_len))
     prev = torch.cat([torch.tensor([[EOS]]), tgt[:, :-1]], dim=1)
     src, tgt, prev, lengths = (x.to(device) for x in (src, tgt, prev, torch.tensor([source_len])))
@@ -105,8 +111,7 @@ def encoder_measurement(
     """Seconds and peak bytes of LED's encoder reading one document, in inference."""
     torch.manual_seed(0)
     model = build("led", source_len, 8, window, layers, width).to(device).eval()
-    src = torch.randint(4, VOCAB, (1, source_len))
-    src[0, 0], src[0, -1] = BOS, EOS
+    src = document(source_len)
     src, lengths = src.to(device), torch.tensor([source_len], device=device)
 
     def read():

@@ -23,11 +23,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-import torch
-
 from data_prep.char_corpus import prepare as prepare_char_corpus
 from data_prep.gpt2_bpe import train_bpe
 
+from ..checkpoint_files import read_checkpoint
 from .parts import ROOT, command_output
 from .runner import Context, PartFailed
 
@@ -263,7 +262,7 @@ def _world(ctx: Context) -> ToyWorld:
 
 def _precision(checkpoint: Path) -> str:
     """The precision a run trained in, as its checkpoint records fairseq's settings."""
-    common = torch.load(checkpoint, map_location="cpu", weights_only=False)["cfg"]["common"]
+    common = read_checkpoint(checkpoint)["cfg"]["common"]
     return "bf16" if common.get("bf16") else "fp16" if common.get("fp16") else "fp32"
 
 
