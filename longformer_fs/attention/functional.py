@@ -60,7 +60,8 @@ def banded_attention(
         key_padding_mask: ``(B, T)`` bool, True marks padding (never attended; those
             query rows return 0).
         scale: score multiplier; None means ``1 / sqrt(D)``.
-        backend: ``"auto"`` (fastest available), ``"kernel"``, ``"chunks"`` or
+        backend: ``"auto"`` (the fastest available here), or a name of
+            :data:`~.backends.BACKENDS`: ``"flex"``, ``"kernel"``, ``"chunks"``, or
             ``"reference"`` (dense, tests only).
 
     Returns:

@@ -19,10 +19,10 @@ import torch
 from fairseq.data import Dictionary
 from tqdm import tqdm
 
-from ..conventions import BOS, EOS, PAD
+from ..conventions import BOS, EOS, PAD, QA_HEAD
 from ..conversion.hf import export_longformer
 from ..models.longformer_roberta import LongformerRobertaModel
-from ..tasks.qa import QA_HEAD, QaTask
+from ..tasks.qa import QaTask
 from . import write_results
 from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
 

@@ -51,7 +51,8 @@ def main(args: argparse.Namespace) -> int:
     if not isinstance(hub, CharLMHubInterface):
         raise ValueError(f"checkpoint: {args.checkpoint} is not a character LM (longformer_lm); sample writes with one")
     text = hub.to(args.device).sample(
-        args.prompt, args.max_new, args.greedy, args.temperature, args.top_k, args.top_p, args.beam, args.seed
-    )
+        args.prompt, args.beam, max_new=args.max_new, greedy=args.greedy, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+    )  # fmt: skip
     sys.stdout.write(text + "\n")
     return 0

@@ -30,10 +30,9 @@ from transformers import (
 )
 
 from ..checkpoint_files import find_dictionary, model_config, model_name, read_checkpoint
-from ..conventions import BOS, EOS, PAD
+from ..conventions import BOS, EOS, PAD, QA_HEAD
 from ..models import longformer_roberta as layout
 from ..modules.per_layer import layer_values
-from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_led import export_led
 from .hf_tokenizer import CAMEMBERT_BOS_EOS, dictionary_layout, write_hf_tokenizer

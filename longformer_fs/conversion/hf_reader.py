@@ -28,11 +28,10 @@ from pathlib import Path
 
 import torch
 
-from ..conventions import BOS, EOS, PAD
+from ..conventions import BOS, EOS, PAD, QA_HEAD
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
 from ..models.checkpoints import reserved_position_rows
-from ..tasks.qa import QA_HEAD
 from . import hf_layout
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights
 from .hf_tokenizer import ByteLevelBPE, SentencePieceVocab, check_tokenizer, dictionary_lines, read_tokenizer

@@ -35,6 +35,7 @@ from pathlib import Path
 from ..conventions import (
     BOS,
     EOS,
+    MASK,
     NUM_SPECIALS,
     SENTENCEPIECE_MODEL,
     SPECIAL_SYMBOLS,
@@ -47,7 +48,6 @@ from ..conventions import (
 from ..tokenization import SentencePieceEncoder
 from .released import NotConvertibleError
 
-MASK = "<mask>"
 TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT = "tokenizer.json", "vocab.json", "merges.txt"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 ENCODER_JSON, VOCAB_BPE = "encoder.json", "vocab.bpe"

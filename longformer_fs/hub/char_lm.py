@@ -5,6 +5,7 @@ values its window reaches)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 
 import torch
@@ -12,6 +13,8 @@ from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.models import FairseqLanguageModel
 
 from ..conventions import EOS, NUM_SPECIALS, byte_symbol
+
+logger = logging.getLogger(__name__)
 
 
 class _WritesBytes(FairseqLanguageModel):
@@ -69,23 +72,33 @@ class CharLMHubInterface(GeneratorHubInterface):
         """The text of byte ids (special symbols dropped; broken UTF-8 replaced)."""
         return bytes(self._bytes[i] for i in tokens.tolist() if i in self._bytes).decode("utf-8", errors="replace")
 
+    def translate(self, *args, **kwargs):
+        raise NotImplementedError("translate: a character LM continues text; call sample(prompt, max_new=...)")
+
     def sample(
         self,
-        prompt: str,
+        sentences: str | list[str],
+        beam: int = 1,
+        verbose: bool = False,
+        *,
         max_new: int = 200,
         greedy: bool = False,
         temperature: float = 1.0,
         top_k: int = -1,
         top_p: float = -1.0,
-        beam: int = 1,
         seed: int | None = None,
-    ) -> str:
-        """The ``max_new`` bytes that follow ``prompt``, as text: sampled (``temperature``,
-        top-``k``, top-``p``; reproducible with ``seed``), or the most likely with ``greedy``
-        (``beam`` > 1: beam search). Only bytes: no other symbol of the dictionary is written."""
+    ) -> str | list[str]:
+        """The ``max_new`` bytes that follow each prompt of ``sentences`` (a text or a list),
+        as text: sampled (``temperature``, top-``k``, top-``p``; reproducible with ``seed``),
+        or the most likely with ``greedy`` (``beam`` > 1: beam search). Only bytes: no other
+        symbol of the dictionary is written. The first three arguments are fairseq's
+        (``GeneratorHubInterface.sample``); ``verbose`` logs each prompt and continuation."""
         if max_new < 1:
             raise ValueError(f"max_new: generate at least one character, got {max_new}")
-        prompt_ids = self.encode(prompt)
+        if not isinstance(sentences, str):
+            return [self.sample(prompt, beam, verbose, max_new=max_new, greedy=greedy, temperature=temperature,
+                                top_k=top_k, top_p=top_p, seed=seed) for prompt in sentences]  # fmt: skip
+        prompt_ids = self.encode(sentences)
         length = len(prompt_ids) - 1 + max_new  # the prompt and max_new more, no end before
         settings = {"max_len_a": 0, "max_len_b": length, "min_len": length}
         if not greedy:
@@ -94,4 +107,8 @@ class CharLMHubInterface(GeneratorHubInterface):
             torch.manual_seed(seed)
         with self._writing_bytes():
             hypothesis = self.generate([prompt_ids], beam=beam, **settings)[0][0]["tokens"]
-        return self.decode(hypothesis[len(prompt_ids) - 1 :])
+        text = self.decode(hypothesis[len(prompt_ids) - 1 :])
+        if verbose:
+            logger.info("S\t%s", sentences)
+            logger.info("H\t%s", text)
+        return text

@@ -22,6 +22,8 @@ from fairseq.models.roberta.hub_interface import RobertaHubInterface
 from ..conventions import (
     BOS,
     EOS,
+    MASK,
+    QA_HEAD,
     WIKIHOP_SYMBOLS,
     make_windows,
     wikihop_context,
@@ -35,11 +37,9 @@ from ..evaluation import qa as qa_evaluation
 from ..evaluation.qa_spans import best_span_over_windows
 from ..tasks.coref import CorefTask
 from ..tasks.hotpotqa import HotpotqaTask
-from ..tasks.qa import QA_HEAD, QaTask, question_mask
+from ..tasks.qa import QaTask, question_mask
 from ..tasks.wikihop import WikihopDataset, WikihopTask
 from ..tokenization import SubwordEncoder
-
-MASK = "<mask>"
 
 
 class LongformerHubInterface(RobertaHubInterface):
@@ -165,6 +165,12 @@ class LongformerHubInterface(RobertaHubInterface):
             text = masked_input.replace(f" {MASK}", token) if spaced else masked_input.replace(MASK, token.strip())
             filled.append((text, value, token))
         return filled
+
+    def extract_features_aligned_to_words(self, *args, **kwargs):
+        raise NotImplementedError(
+            "extract_features_aligned_to_words: not offered (it needs fairseq's own BPE and spaCy); "
+            "use extract_features and tokenizer.encode_with_offsets"
+        )
 
     def answer(self, question: str, document: str, max_answer_tokens: int | None = None) -> str:
         """A fine-tuned QA model's answer, a span cut from ``document``: the input is ``<s>

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.models.bart.hub_interface import BARTHubInterface
@@ -11,6 +13,7 @@ from ..evaluation.summarization import GenerationSettings, generate, source_toke
 from ..tokenization import SubwordEncoder
 
 DEFAULTS = GenerationSettings()
+logger = logging.getLogger(__name__)
 
 
 class LEDHubInterface(BARTHubInterface):
@@ -57,24 +60,41 @@ class LEDHubInterface(BARTHubInterface):
         decoder starting from ``</s>`` as in training, with no ``<s>`` forced after it."""
         return GeneratorHubInterface.generate(self, tokenized_sentences, beam, *args, **kwargs)
 
+    def translate(self, sentences: str | list[str], beam: int = DEFAULTS.beam, verbose: bool = False, **kwargs):
+        """fairseq's name for :meth:`sample` (``GeneratorHubInterface.translate``), with
+        ``summarize``'s beam by default rather than fairseq's 5."""
+        return self.sample(sentences, beam, verbose, **kwargs)
+
     def sample(
         self,
-        texts: str | list[str],
+        sentences: str | list[str],
         beam: int = DEFAULTS.beam,
+        verbose: bool = False,
+        *,
         lenpen: float = DEFAULTS.lenpen,
         min_len: int = DEFAULTS.min_len,
         max_len_b: int = DEFAULTS.max_len,
         no_repeat_ngram_size: int = DEFAULTS.no_repeat_ngram_size,
         batch_size: int = 4,
     ) -> str | list[str]:
-        """Summaries of ``texts``, one sentence a line, with ``summarize``'s beam search and
-        defaults (beam 4, length penalty 2.0, no repeated 3-gram, 20 to 512 tokens)."""
-        single = isinstance(texts, str)
+        """Summaries of ``sentences`` (a text or a list of texts), one sentence a line, with
+        ``summarize``'s beam search and defaults (beam 4, length penalty 2.0, no repeated
+        3-gram, 20 to 512 tokens). The first three arguments are fairseq's
+        (``GeneratorHubInterface.sample``); ``verbose`` logs each source and summary."""
+        single = isinstance(sentences, str)
+        texts = [sentences] if single else list(sentences)
         settings = GenerationSettings(beam, lenpen, no_repeat_ngram_size, min_len, max_len_b)
-        sources = [
-            source_tokens(ids, self.max_source_positions) for ids in self.tokenizer.encode([texts] if single else texts)
-        ]
+        sources = [source_tokens(ids, self.max_source_positions) for ids in self.tokenizer.encode(texts)]
         summaries = [
             to_text(ids, self.tokenizer) for ids in generate(self.model, self.task, sources, settings, batch_size)
         ]
+        if verbose:
+            for text, summary in zip(texts, summaries, strict=True):
+                logger.info("S\t%s", text)
+                logger.info("H\t%s", summary)
         return summaries[0] if single else summaries
+
+    def fill_mask(self, *args, **kwargs):
+        raise NotImplementedError(
+            "fill_mask: an LED hub summarizes (sample, translate); BART's mask filling is not offered"
+        )

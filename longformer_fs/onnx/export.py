@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from ..checkpoint_files import model_config, model_name, read_checkpoint
+from ..conventions import QA_HEAD
 from ..conversion.output import guarded_file
 from ..evaluation.checkpoint import dictionary_data, load_model
 from ..models.longformer_roberta import task_heads
-from ..tasks.qa import QA_HEAD
 from .band import TRANSLATIONS
 from .served import INPUTS, Head, ServedModel
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..tasks.qa import QA_HEAD
+from ..conventions import QA_HEAD
 
 INPUTS = ("input_ids", "attention_mask", "global_attention_mask")
 

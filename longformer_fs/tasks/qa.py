@@ -16,10 +16,9 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..conventions import QA_FILES
+from ..conventions import QA_FILES, QA_HEAD
 from .token_head_task import ItemsDataset, TokenHeadTask
 
-QA_HEAD = "qa"
 # The datasets of a `prep qa` split: each window's tokens and gold positions, which batches
 # carry, and its tokens' character offsets, which only prediction reads.
 *WINDOW_FILES, OFFSETS = QA_FILES

@@ -105,7 +105,8 @@ def test_question_answering_logits_with_the_question_global(tokenizer, tmp_path)
     (everything before the first </s>), as HF's QA model and our longformer_qa task set it."""
     from transformers import LongformerForQuestionAnswering
 
-    from longformer_fs.tasks.qa import QA_HEAD, question_mask
+    from longformer_fs.conventions import QA_HEAD
+    from longformer_fs.tasks.qa import question_mask
 
     theirs = scaled(LongformerForQuestionAnswering(longformer_config(tokenizer)))
     save_model(theirs, tokenizer, tmp_path / "hf", "bin", "pair")

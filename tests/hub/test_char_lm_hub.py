@@ -3,8 +3,12 @@ layer's window reaches) equals recomputing the whole text, in float64, under fai
 SequenceGenerator (greedy, seeded sampling, beam search with reordered caches); the hub and
 ``longformer-fs sample`` write with it."""
 
+import re
+import subprocess
+
+import pytest
 import torch
-from helpers import assert_refused_in_one_line, cli
+from helpers import BIN, ROOT, USER_DIR, assert_refused_in_one_line, cli, command, run
 
 from longformer_fs import from_pretrained
 from longformer_fs.conventions import byte_symbol
@@ -108,18 +112,22 @@ def test_sample_writes_the_continuation_and_the_command_prints_it(tiny_char_lm, 
     assert len(greedy.encode()) == 30 and set(greedy) <= set("the cat sat on a mat and dog ran far")
     predicted, written = argmax_continuation(hub, "the cat ", greedy)
     assert predicted == written  # greedy is the argmax, recomputed over the whole text
+    # fairseq's sample(sentences, beam, verbose): a list gives a list; translate refuses in one line.
+    assert hub.sample(["the dog ", "the cat "], 1, True, max_new=30, greedy=True)[1] == greedy
+    with pytest.raises(NotImplementedError, match="^translate: [^\n]*$"):
+        hub.translate("the cat ")
     # Nucleus sampling with a nucleus of one byte is the argmax too; a prompt from a file is the prompt.
     (tmp_path / "prompt.txt").write_text("the cat ")
     nucleus = cli("sample", tiny_char_lm[0], "--prompt-file", tmp_path / "prompt.txt", "--max-new", "30",
                   "--top-p", "1e-6", "--seed", "3")  # fmt: skip
     assert nucleus.returncode == 0 and nucleus.stdout == greedy + "\n", nucleus.stderr
-    wide = hub.sample("the cat ", 30, top_p=0.95, seed=4)
+    wide = hub.sample("the cat ", max_new=30, top_p=0.95, seed=4)
     assert len(wide.encode()) == 30 and wide != greedy  # sampling, not the argmax
-    assert hub.sample("the cat ", 30, seed=7) == hub.sample("the cat ", 30, seed=7)
+    assert hub.sample("the cat ", max_new=30, seed=7) == hub.sample("the cat ", max_new=30, seed=7)
     result = cli("sample", tiny_char_lm[0], "--prompt", "the cat ", "--max-new", "30", "--greedy")
     assert result.returncode == 0 and result.stdout == greedy + "\n", result.stderr
     result = cli("sample", tiny_char_lm[0], "--prompt", "the cat ", "--max-new", "30", "--seed", "7", "--top-k", "3")
-    assert result.stdout == hub.sample("the cat ", 30, top_k=3, seed=7) + "\n"
+    assert result.stdout == hub.sample("the cat ", max_new=30, top_k=3, seed=7) + "\n"
     beam = cli("sample", tiny_char_lm[0], "--prompt", "the cat ", "--max-new", "10", "--greedy", "--beam", "3")
     assert beam.returncode == 0 and len(beam.stdout) == 11
 
@@ -128,3 +136,35 @@ def test_sample_refuses_an_unreadable_checkpoint_in_one_line(tiny_char_lm, tmp_p
     """A truncated checkpoint, and one whose pickle would run code: one line, nothing run."""
     assert_refused_in_one_line(tmp_path, ["sample", "{checkpoint}", "--prompt", "the ", "--max-new", "5"],
                                tmp_path / "bad", tiny_char_lm[0])  # fmt: skip
+
+
+def test_fairseq_tools_read_and_write_text(tiny_char_lm, char_corpus):
+    """fairseq's own tools on a character LM, with no flag but their usual ones: the task
+    reads a line of text as its UTF-8 bytes and shows bytes as text (tasks/char_lm.py).
+    Oracles: the argmax of the model over the text, and the valid split's bytes, read from
+    its ``.bin`` through the ``0xHH`` symbols of ``dict.txt``."""
+    from fairseq.data import Dictionary, data_utils
+
+    checkpoint, common = tiny_char_lm[0], ["--task", "longformer_char_lm", "--user-dir", USER_DIR, "--cpu"]
+    # fairseq-interactive: the prompt (fairseq strips the line) and its greedy continuation, as text.
+    result = subprocess.run(command([BIN / "fairseq-interactive", char_corpus, "--path", checkpoint, *common,
+                                     "--beam", "1", "--max-len-b", "30"]),  # fmt: skip
+                            input="the cat \n", capture_output=True, text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("D-0")]
+    text = line.split("\t")[2]
+    assert text.startswith("the cat") and len(text) > len("the cat") and "0x" not in text, line
+    hub = from_pretrained(checkpoint)
+    predicted, written = argmax_continuation(hub, "the cat", text[len("the cat") :])
+    assert predicted == written
+    # fairseq-eval-lm --output-word-probs: block k of 64 bytes, each byte its character.
+    plain = Dictionary.load(str(char_corpus / "dict.txt"))
+    ids = data_utils.load_indexed_dataset(str(char_corpus / "valid"), plain)
+    valid = bytes(int(plain[i], 16) for i in torch.cat([ids[k] for k in range(len(ids))]).tolist()).decode()
+    log = run(BIN / "fairseq-eval-lm", char_corpus, "--path", checkpoint, *common, "--gen-subset", "valid",
+              "--tokens-per-sample", "64", "--max-sentences", "4", "--output-word-probs")  # fmt: skip
+    blocks = re.findall(r"fairseq_cli\.eval_lm(?::| \| )(\d+) (.*\[-?[\d.]+\])$", log, re.MULTILINE)
+    assert len(blocks) == len(valid) // 64 + (len(valid) % 64 > 0), log[-3000:]
+    for number, words in blocks:
+        chars = [word.rsplit(" [", 1)[0] for word in words.split("\t")]
+        assert all(len(c) == 1 for c in chars) and "".join(chars) == valid[int(number) * 64 :][: len(chars)]

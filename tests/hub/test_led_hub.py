@@ -54,3 +54,27 @@ def test_sample_is_a_beam_search_that_repeats_no_3_gram(imported):
     assert len(blocked) == 30 and not repeated_ngrams(blocked, 3)
     assert repeated_ngrams(free, 3), "the model repeats nothing: the test cannot see the blocking"
     assert hub.sample(DOCUMENT, min_len=20, max_len_b=30).split() == hub.decode(torch.tensor(blocked)).split()
+
+
+def test_fairseqs_translate_and_sample_arguments_keep_their_meaning(imported, monkeypatch):
+    """fairseq's ``GeneratorHubInterface.translate(sentences, beam, verbose)`` calls
+    ``self.sample(sentences, beam, verbose)``: on our hub, ``verbose`` must not land in a
+    generation setting (it once set the length penalty to 0). The settings reaching the
+    beam search are recorded; inherited calls that need fairseq's own BPE refuse in one line."""
+    from fairseq.hub_utils import GeneratorHubInterface
+
+    from longformer_fs.hub import led as led_hub
+
+    hub = from_pretrained(imported)
+    seen = []
+    real = led_hub.generate
+    monkeypatch.setattr(led_hub, "generate", lambda model, task, sources, settings, batch: seen.append(settings)
+                        or real(model, task, sources, settings, batch))  # fmt: skip
+    first = GeneratorHubInterface.translate(hub, [DOCUMENT], 3, False)
+    assert seen[-1].beam == 3 and seen[-1].lenpen == 2.0 and seen[-1].no_repeat_ngram_size == 3
+    assert hub.translate(DOCUMENT) == hub.sample(DOCUMENT) and seen[-1].beam == seen[-2].beam == 4
+    assert hub.sample([DOCUMENT], 3, True) == first
+    for call in (lambda: hub.fill_mask(["a <mask> b"]), lambda: hub.sample(DOCUMENT, 4, False, 2.0)):
+        with pytest.raises((NotImplementedError, TypeError)) as refused:
+            call()
+        assert "\n" not in str(refused.value)

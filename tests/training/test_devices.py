@@ -21,7 +21,7 @@ from fairseq.data import Dictionary
 
 from longformer_fs.attention import LongformerSelfAttention
 from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
-from longformer_fs.conventions import HOTPOTQA_SYMBOLS
+from longformer_fs.conventions import HOTPOTQA_SYMBOLS, QA_HEAD
 from longformer_fs.criterions.coref import CorefCriterion
 from longformer_fs.criterions.hotpotqa import HotpotqaCriterion
 from longformer_fs.criterions.qa import QaCriterion
@@ -31,7 +31,6 @@ from longformer_fs.models.longformer_lm import LongformerLanguageModel, Longform
 from longformer_fs.models.longformer_roberta import LongformerRobertaModel
 from longformer_fs.tasks.coref import CorefDataset, CorefTask, CorefTaskConfig
 from longformer_fs.tasks.hotpotqa import HotpotqaConfig, HotpotqaDataset, HotpotqaTask
-from longformer_fs.tasks.qa import QA_HEAD
 from longformer_fs.tasks.wikihop import CANDIDATE_HEAD
 
 META = torch.device("meta")
