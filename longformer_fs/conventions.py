@@ -46,9 +46,6 @@ SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 NUM_SPECIALS = len(SPECIAL_SYMBOLS)
 # RoBERTa's and BART's mask symbol, the last row of their dictionaries.
 MASK = "<mask>"
-# The token head of the QA task (``longformer_qa``), as a model's weights name it
-# (``token_heads.qa.*``): the task trains it, and the exporters and the hub find it by it.
-QA_HEAD = "qa"
 # XLM-R's SentencePiece model, under its name in fairseq's and HF's releases; our converters
 # write it beside model.pt under the same name.
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"

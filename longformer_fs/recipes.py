@@ -225,11 +225,12 @@ def model_overrides(model: Path) -> list[str]:
         RecipeError: not a ``longformer_roberta`` checkpoint.
         CheckpointError: not a readable fairseq checkpoint.
     """
+    from .checkpoint import Kind
     from .checkpoint_files import config_get, model_config, model_name, read_checkpoint
 
-    cfg = model_config(read_checkpoint(model, upgrade=False))
+    cfg = model_config(read_checkpoint(model, upgrade=False))  # as stored: make need not import fairseq
     name = str(model_name(cfg))
-    if not name.startswith("longformer_roberta"):
+    if not name.startswith(Kind.ENCODER.value):
         raise RecipeError(
             f"MODEL={model} is a {name!r} checkpoint; the fine-tuning recipes take a longformer_roberta one "
             "(from longformer-fs convert-roberta, import-hf or an MLM run)"

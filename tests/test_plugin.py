@@ -39,7 +39,7 @@ FIRST_IMPORTS = {
     "tasks": "import longformer_fs.tasks\n",
     "criterions": "import longformer_fs.criterions\n",
     # A checkpoint loader (what every eval-* command imports).
-    "a-loader": "import longformer_fs.evaluation.checkpoint\n",
+    "a-loader": "import longformer_fs.checkpoint\n",
 }
 # fairseq loading the package as a user dir (fairseq-train --user-dir): which package, and
 # whether the subpackages came with it.

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..evaluation.checkpoint import load_model
+from ..checkpoint import load_model
 from ..evaluation.coref import predict_split, score_split
 from ..evaluation.coref_metrics import METRICS
 from ..tasks.coref import CorefTask

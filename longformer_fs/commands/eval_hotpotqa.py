@@ -11,8 +11,8 @@ from pathlib import Path
 from data_prep.fairseq_dataset import read_manifest
 from data_prep.hotpotqa import KIND
 
+from ..checkpoint import load_model
 from ..conventions import MANIFEST
-from ..evaluation.checkpoint import load_model
 from ..evaluation.hotpotqa import (
     evidence_file,
     predict_hotpotqa,

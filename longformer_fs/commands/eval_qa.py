@@ -8,8 +8,8 @@ from pathlib import Path
 
 from data_prep.qa import prepared_format
 
+from ..checkpoint import load_model
 from ..conventions import MANIFEST
-from ..evaluation.checkpoint import load_model
 from ..evaluation.qa import (
     GROUPED_LEVEL,
     answer_texts,

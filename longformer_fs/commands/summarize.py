@@ -14,17 +14,15 @@ from tqdm import tqdm
 from data_prep.fairseq_dataset import PrepError
 from data_prep.pdf_papers import PdfError, read_paper
 
-from ..checkpoint_files import find_dictionary, read_checkpoint
+from ..checkpoint import Checkpoint
 from ..conventions import jsonl_records
 from ..evaluation.rouge import rouge_scores
 from ..evaluation.summarization import (
     GenerationSettings,
     generate,
-    load_summarizer,
     source_tokens,
     to_text,
 )
-from ..hub import find_tokenizer
 from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
 
@@ -103,15 +101,15 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("inputs: give document files, or --data DIR (a prep summarization directory), not both")
     settings = GenerationSettings(args.beam, args.lenpen, args.no_repeat_ngram_size, args.min_len, args.max_len)
     settings.check()
-    state = read_checkpoint(args.checkpoint)
+    checkpoint = Checkpoint.read(args.checkpoint)
     if args.dict is None:
-        args.dict = find_dictionary(args.checkpoint, state, args.data)
+        args.dict = checkpoint.dictionary(args.data)
         print(f"dictionary: {args.dict}", file=sys.stderr)  # stdout may be the summaries
     if args.encoder_json or args.vocab_bpe or args.spm:
         encoder = subword_spec(args).load()
     else:  # the files beside the checkpoint, or those its data was prepared with
-        encoder = find_tokenizer(args.checkpoint, state, args.dict)
-    model, task = load_summarizer(args.checkpoint, args.data, args.device, state, args.dict)
+        encoder = checkpoint.tokenizer(args.dict)
+    model, task = checkpoint.load(args.device, args.data, dictionary=args.dict)
     max_positions = model.max_positions()[0]
     references = None
     if args.data is not None:

@@ -21,16 +21,12 @@ import contextlib
 from pathlib import Path
 
 import torch
-from transformers import (
-    LongformerConfig,
-    LongformerForMaskedLM,
-    LongformerForQuestionAnswering,
-    LongformerForSequenceClassification,
-    LongformerForTokenClassification,
-)
+import transformers
+from transformers import LongformerConfig
 
-from ..checkpoint_files import find_dictionary, model_config, model_name, read_checkpoint
-from ..conventions import BOS, EOS, PAD, QA_HEAD
+from ..checkpoint import Checkpoint, Kind
+from ..conventions import BOS, EOS, PAD
+from ..heads import CLASSIFICATION_HEADS, TOKEN_HEADS, Head
 from ..models import longformer_roberta as layout
 from ..modules.per_layer import layer_values
 from . import hf_layout
@@ -62,17 +58,14 @@ def check_exportable(args, layers: int) -> list[int]:
     return list(windows)
 
 
-def task_head(args, state: dict) -> tuple[type, dict, dict]:
-    """The HF class for the checkpoint's head, its weights under HF names, and config settings."""
-    heads, tokens = layout.task_heads(state)
-    if any(name.startswith("hotpotqa_") for name in tokens):
-        raise ExportError("checkpoint: a longformer_hotpotqa model; HF transformers has no HotpotQA head, not exported")
-    if "coref" in tokens:  # the longformer_coref task's span model
-        raise ExportError("checkpoint: a longformer_coref model; HF transformers has no coreference head, not exported")
-    if len(heads) + len(tokens) > 1:
-        raise ExportError(f"checkpoint: {len(heads) + len(tokens)} task heads ({heads + tokens}); an HF model has one")
-    if heads:
-        prefix = f"{layout.CLASSIFICATION_HEADS}{heads[0]}."
+def task_head(args, head: Head, state: dict) -> tuple[type, dict, dict]:
+    """The HF class for ``head`` (:data:`~longformer_fs.heads.HEADS`), its weights under HF
+    names, and config settings."""
+    if head.spec.hf_class is None:
+        raise ExportError(f"checkpoint: ends in {head.spec.what}; HF transformers has no such head, not exported")
+    cls = getattr(transformers, head.spec.hf_class)
+    if head.kind == "classification":
+        prefix = f"{CLASSIFICATION_HEADS}{head.name}."
         if getattr(args, "pooler_activation_fn", "tanh") != "tanh":
             raise ExportError(
                 f"checkpoint: classification head with {args.pooler_activation_fn}; HF's Longformer head is tanh"
@@ -80,20 +73,15 @@ def task_head(args, state: dict) -> tuple[type, dict, dict]:
         weights = {
             f"classifier.{m}.{p}": state[f"{prefix}{m}.{p}"] for m in ("dense", "out_proj") for p in ("weight", "bias")
         }
-        return LongformerForSequenceClassification, weights, {"num_labels": weights["classifier.out_proj.bias"].numel()}
-    if tokens:
-        prefix = f"{layout.TOKEN_HEADS}{tokens[0]}."
-        cls, name = (
-            (LongformerForQuestionAnswering, "qa_outputs")
-            if tokens[0] == QA_HEAD
-            else (LongformerForTokenClassification, "classifier")
-        )
-        weights = {f"{name}.{p}": state[prefix + p] for p in ("weight", "bias")}
+        return cls, weights, {"num_labels": weights["classifier.out_proj.bias"].numel()}
+    if head.kind in ("qa", "token"):
+        name = "qa_outputs" if head.kind == "qa" else "classifier"
+        weights = {f"{name}.{p}": state[f"{TOKEN_HEADS}{head.name}.{p}"] for p in ("weight", "bias")}
         return cls, weights, {"num_labels": weights[f"{name}.bias"].numel()}
     weights = {hf: state[fs] for fs, hf in hf_layout.LM_HEAD.items()}
     weights[hf_layout.LM_HEAD_DECODER] = state[layout.LM_HEAD + "weight"]
     weights["lm_head.decoder.bias"] = state[layout.LM_HEAD + "bias"]
-    return LongformerForMaskedLM, weights, {}
+    return cls, weights, {}
 
 
 def hf_state_dict(state: dict, layers: int, head: dict) -> dict:
@@ -130,12 +118,12 @@ def hf_config(args, state: dict, windows: list[int], **settings):
     )
 
 
-def export_longformer(args, state: dict):
+def export_longformer(checkpoint: Checkpoint):
     """``longformer_roberta`` as the HF Longformer class of its head: the model and a report."""
-    weights = state["model"]
+    args, weights = checkpoint.model_cfg, checkpoint.state["model"]
     layers = layout.encoder_layers(weights)
     windows = check_exportable(args, layers)
-    cls, head, settings = task_head(args, weights)
+    cls, head, settings = task_head(args, checkpoint.head, weights)
     model = cls(hf_config(args, weights, windows, **settings))
     missing, unexpected = model.load_state_dict(hf_state_dict(weights, layers, head), strict=False)
     if unexpected or [k for k in missing if not k.endswith("position_ids")]:
@@ -151,13 +139,10 @@ def export_longformer(args, state: dict):
     return model, report
 
 
-def _tokenizer_ids(model, checkpoint: Path, state: dict, dictionary: Path | None) -> list[str]:
+def _tokenizer_ids(model, dictionary: Path | None) -> list[str]:
     """Give ``<s>`` and ``</s>`` the ids HF's tokenizer for the model's dictionary gives
     them: fairseq's 0 and 2, or CamemBERT's 5 and 6, whose rows become copies of 0 and 2
     (what fine-tuning trained). Returns what changed, a line each."""
-    if dictionary is None:
-        with contextlib.suppress(FileNotFoundError):  # no dictionary: fairseq's ids stand
-            dictionary = find_dictionary(checkpoint, state)
     if dictionary is None or dictionary_layout(dictionary) != "camembert":
         return []
     bos, eos = CAMEMBERT_BOS_EOS
@@ -172,8 +157,8 @@ def _tokenizer_ids(model, checkpoint: Path, state: dict, dictionary: Path | None
 
 
 COMMAND = "export-hf"
-# Registered model name prefix -> exporter(args, state) -> (HF model, report).
-EXPORTERS = {"longformer_roberta": export_longformer, "led": export_led}
+# What each kind of checkpoint leaves as: exporter(checkpoint) -> (HF model, report).
+EXPORTERS = {Kind.ENCODER: export_longformer, Kind.LED: export_led}
 
 
 def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, dictionary: Path | None = None,
@@ -181,29 +166,28 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     """Write ``out_dir`` for the HF class of the checkpoint's model; returns a report.
 
     With ``tokenizer``, the model's ``dictionary`` maps it to model ids; by default the
-    one :func:`~longformer_fs.checkpoint_files.find_dictionary` finds (the report names
-    it). All or nothing, and never over another model without ``force``
+    checkpoint's own (:meth:`~longformer_fs.checkpoint.Checkpoint.dictionary`; the report
+    names it). All or nothing, and never over another model without ``force``
     (:func:`~.output.guarded_output`).
     """
-    state = read_checkpoint(checkpoint)
-    args = model_config(state)
-    name = str(model_name(args))
-    exporter = next((fn for prefix, fn in EXPORTERS.items() if name.startswith(prefix)), None)
-    if exporter is None:
-        raise ExportError(
-            f"checkpoint: {checkpoint} is a {name!r} model; export-hf takes longformer_roberta and led "
-            "(convert RoBERTa or BART first with `longformer-fs convert-roberta` / `convert-bart`)"
-        )
+    ours = Checkpoint.read(checkpoint)
     try:
-        model, report = exporter(args, state)
+        exporter = EXPORTERS.get(ours.kind)
+        if exporter is None:
+            raise ExportError(f"checkpoint: {checkpoint} is a character LM; HF transformers has no such model")
+        model, report = exporter(ours)
     except ValueError as err:
         raise ExportError(str(err)) from None
     if tokenizer is not None and dictionary is None:
-        dictionary = find_dictionary(checkpoint, state)
+        dictionary = ours.dictionary()
     if dictionary is not None and not Path(dictionary).is_file():
         raise FileNotFoundError(f"--dict: {dictionary} does not exist (the model's fairseq dict.txt)")
-    if exporter is export_longformer:
-        report["notes"] = _tokenizer_ids(model, checkpoint, state, dictionary)
+    if ours.kind is Kind.ENCODER:
+        own = dictionary
+        if own is None:
+            with contextlib.suppress(FileNotFoundError):  # no dictionary: fairseq's ids stand
+                own = ours.dictionary()
+        report["notes"] = _tokenizer_ids(model, own)
     report = {"checkpoint": str(checkpoint), "output": str(out_dir), **report, "tokenizer": None,
               "dictionary": None if dictionary is None else str(dictionary),
               "source_files": source_files(checkpoint)}  # fmt: skip

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from ..conventions import BOS, EOS, PAD, QA_HEAD
+from ..conventions import BOS, EOS, PAD
+from ..heads import QA_HEAD
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
 from ..models.checkpoints import reserved_position_rows

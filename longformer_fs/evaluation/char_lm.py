@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 import torch
 from fairseq.data import data_utils
 
-from .checkpoint import load_model
+from ..checkpoint import load_model
 from .sliding_window import BpcResult, sliding_window_bpc
 
 

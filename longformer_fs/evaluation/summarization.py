@@ -1,6 +1,5 @@
 """Summaries from an encoder-decoder checkpoint (LED, BART) with fairseq's beam search.
 
-:func:`load_summarizer` loads the model with a ``translation`` task over its dictionary;
 :func:`generate` runs fairseq's ``SequenceGenerator`` (incremental decoding, beam search,
 length penalty, n-gram blocking) over batches of sources (``longformer-fs summarize``
 reads them from the files people bring). Sources are ``<s> tokens </s>``, as
@@ -11,16 +10,13 @@ source positions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
 
-from ..checkpoint_files import read_checkpoint
 from ..conventions import BOS, EOS, PAD, split_sentences
-from .checkpoint import dictionary_data, load_model
 
 
 @dataclass(frozen=True)
@@ -46,25 +42,6 @@ class GenerationSettings:
                 f"generation: need beam >= 1, 0 <= min_len <= max_len, max_len >= 1, "
                 f"no_repeat_ngram_size >= 0; got {self}"
             )
-
-
-def load_summarizer(
-    checkpoint: Path,
-    data: Path | None = None,
-    device: str = "cpu",
-    state: dict | None = None,
-    dictionary: Path | None = None,
-):
-    """The model and a ``translation`` task over its dictionaries: ``data`` (a ``prep
-    summarization`` directory), else the model's ``dictionary`` or its own
-    (:func:`~.checkpoint.dictionary_data`).
-
-    Args:
-        state: the checkpoint already read, to read it once.
-    """
-    state = state if state is not None else read_checkpoint(checkpoint)
-    with dictionary_data(checkpoint, state, data, dictionary) as (directory, overrides):
-        return load_model(checkpoint, directory, device, overrides, state)
 
 
 def source_tokens(ids, max_positions: int) -> torch.Tensor:

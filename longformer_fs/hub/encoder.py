@@ -23,7 +23,6 @@ from ..conventions import (
     BOS,
     EOS,
     MASK,
-    QA_HEAD,
     WIKIHOP_SYMBOLS,
     make_windows,
     wikihop_context,
@@ -35,6 +34,7 @@ from ..evaluation import coref as coref_evaluation
 from ..evaluation import hotpotqa as hotpotqa_evaluation
 from ..evaluation import qa as qa_evaluation
 from ..evaluation.qa_spans import best_span_over_windows
+from ..heads import QA_HEAD
 from ..tasks.coref import CorefTask
 from ..tasks.hotpotqa import HotpotqaTask
 from ..tasks.qa import QaTask, question_mask

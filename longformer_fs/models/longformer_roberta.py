@@ -29,6 +29,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from ..heads import TOKEN_HEADS
 from .checkpoints import add_global_projections, check_learned_positions
 from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg, global_attention_possible
 from .pretrained import FromPretrained
@@ -45,24 +46,12 @@ TOKEN_EMBEDDINGS = SENTENCE_ENCODER + "embed_tokens.weight"
 POSITIONS = SENTENCE_ENCODER + "embed_positions.weight"
 EMBEDDING_NORM = SENTENCE_ENCODER + "layernorm_embedding."
 LM_HEAD = "encoder.lm_head."
-CLASSIFICATION_HEADS = "classification_heads."
-TOKEN_HEADS = "token_heads."
 _LAYER_QUERY = re.compile(r"^" + re.escape(LAYERS) + r"(\d+)\.self_attn\.q_proj\.weight$")
 
 
 def encoder_layers(state_dict: dict) -> int:
     """How many encoder layers (with self-attention) a RoBERTa-style state dict holds."""
     return len({m.group(1) for k in state_dict if (m := _LAYER_QUERY.match(k))})
-
-
-def task_heads(state_dict: dict) -> tuple[list[str], list[str]]:
-    """The names of the classification heads and of the token heads a state dict holds,
-    each sorted (none of either: the masked-LM head alone)."""
-
-    def names(prefix: str) -> list[str]:
-        return sorted({k[len(prefix) :].split(".")[0] for k in state_dict if k.startswith(prefix)})
-
-    return names(CLASSIFICATION_HEADS), names(TOKEN_HEADS)
 
 
 class LongformerRobertaEncoder(RobertaEncoder):

@@ -23,13 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint_files import model_config, model_name, read_checkpoint
-from ..conventions import QA_HEAD
+from ..checkpoint import Checkpoint, Kind
 from ..conversion.output import guarded_file
-from ..evaluation.checkpoint import dictionary_data, load_model
-from ..models.longformer_roberta import task_heads
+from ..heads import HEADS, Head
 from .band import TRANSLATIONS
-from .served import INPUTS, Head, ServedModel
+from .served import INPUTS, ServedModel
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 # How far onnxruntime may be from the float32 PyTorch model, relative to the largest
@@ -42,30 +40,23 @@ class OnnxExportError(ValueError):
     """The checkpoint cannot be served as ONNX, or its file disagrees with PyTorch."""
 
 
-def served_head(state: dict, checkpoint: Path) -> Head:
-    """The head a checkpoint's graph ends in, or :class:`OnnxExportError` naming the one it has."""
-    name = str(model_name(model_config(state)))
-    if not name.startswith("longformer_roberta"):
+def served_head(checkpoint: Checkpoint) -> Head:
+    """The head the checkpoint's graph ends in, or :class:`OnnxExportError` naming the one it has."""
+    served = ", ".join(kind for kind, spec in HEADS.items() if spec.onnx_outputs)
+    if checkpoint.kind is not Kind.ENCODER:
         raise OnnxExportError(
-            f"checkpoint: {checkpoint} is a {name!r} model; export-onnx takes longformer_roberta checkpoints "
-            "(masked LM, classification or QA)"
+            f"checkpoint: {checkpoint.path} is a {checkpoint.name!r} model; export-onnx takes longformer_roberta "
+            f"checkpoints ({served})"
         )
-    heads, tokens = task_heads(state["model"])
-    if len(heads) + len(tokens) > 1:
+    try:
+        head = checkpoint.head
+    except ValueError as err:
+        raise OnnxExportError(f"{err}; export-onnx serves one: {served}") from None
+    if not head.spec.onnx_outputs:
         raise OnnxExportError(
-            f"checkpoint: {checkpoint} has {len(heads) + len(tokens)} task heads ({', '.join(heads + tokens)}); "
-            "export-onnx serves one: the masked-LM, a classification or the QA head"
+            f"checkpoint: {checkpoint.path} ends in {head.spec.what}; export-onnx serves the heads {served}"
         )
-    if heads:
-        return Head("classification", heads[0])
-    if tokens == [QA_HEAD]:
-        return Head("qa")
-    if tokens:
-        raise OnnxExportError(
-            f"checkpoint: {checkpoint} ends in the {tokens[0]!r} head (a WikiHop, HotpotQA or coreference model); "
-            "export-onnx serves the masked-LM, classification and QA heads"
-        )
-    return Head("masked_lm")
+    return head
 
 
 @dataclass
@@ -80,17 +71,15 @@ class Exported:
 
 def load_served(checkpoint: Path) -> Exported:
     """The checkpoint's model as the graph serves it, on CPU in float32."""
-    checkpoint = Path(checkpoint)
-    state = read_checkpoint(checkpoint)
-    head = served_head(state, checkpoint)
-    with dictionary_data(checkpoint, state) as (directory, overrides):
-        model, _ = load_model(checkpoint, directory, "cpu", overrides, state)
+    checkpoint = Checkpoint.read(checkpoint)
+    head = served_head(checkpoint)
+    model, _ = checkpoint.load("cpu")
     served = ServedModel(model, head).eval()
     encoder = served.encoder
     dilations = sorted({d for attention in encoder.attention_modules() for d in attention.dilations})
     if dilations != [1]:
         raise OnnxExportError(
-            f"checkpoint: {checkpoint} has dilated heads (dilations {dilations}), which the ONNX lowering "
+            f"checkpoint: {checkpoint.path} has dilated heads (dilations {dilations}), which the ONNX lowering "
             "does not compute yet"
         )
     return Exported(served, head, encoder.max_positions(), [a.window for a in encoder.attention_modules()])
@@ -122,9 +111,9 @@ def export_onnx(
     return {
         "checkpoint": str(checkpoint),
         "output": str(out),
-        "head": exported.head.kind + (f" ({exported.head.name})" if exported.head.name else ""),
+        "head": str(exported.head),
         "inputs": list(INPUTS),
-        "outputs": list(exported.head.outputs),
+        "outputs": list(exported.head.spec.onnx_outputs),
         "dtype": dtype,
         "opset": opset,
         "max_length": exported.max_length,
@@ -144,7 +133,7 @@ def trace(served: ServedModel, max_length: int, opset: int = DEFAULT_OPSET):
             served,
             tuple(torch.from_numpy(example[name]) for name in INPUTS),
             input_names=list(INPUTS),
-            output_names=list(served.head.outputs),
+            output_names=list(served.head.spec.onnx_outputs),
             dynamic_shapes={name: {0: batch, 1: length} for name in INPUTS},
             custom_translation_table=TRANSLATIONS,
             opset_version=opset,
@@ -217,7 +206,7 @@ def self_check(path: Path, served: ServedModel, max_length: int, windows: list[i
             with torch.no_grad():
                 want = served(*(torch.from_numpy(inputs[name]) for name in INPUTS))
             want = [w.float().numpy() for w in (want if isinstance(want, tuple) else (want,))]
-            for output, (g, w) in zip(served.head.outputs, zip(got, want, strict=True), strict=True):
+            for output, (g, w) in zip(served.head.spec.onnx_outputs, zip(got, want, strict=True), strict=True):
                 difference = float(np.abs(g.astype(np.float32) - w).max() / max(1.0, float(np.abs(w).max())))
                 if not difference <= tolerance:  # a NaN fails too
                     raise OnnxExportError(

@@ -20,31 +20,12 @@ question, passing the padding mask always (an all-False mask changes nothing).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 
-from ..conventions import QA_HEAD
+from ..heads import QA_HEAD, Head
 
 INPUTS = ("input_ids", "attention_mask", "global_attention_mask")
-
-
-@dataclass(frozen=True)
-class Head:
-    """Which of a checkpoint's heads the graph ends in.
-
-    Attributes:
-        kind: ``masked_lm``, ``classification`` or ``qa``.
-        name: the head's name in the model (a classification head's), or "".
-    """
-
-    kind: str
-    name: str = ""
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return ("start_logits", "end_logits") if self.kind == "qa" else ("logits",)
 
 
 class ServedModel(nn.Module):

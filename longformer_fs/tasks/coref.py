@@ -25,10 +25,10 @@ from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import BOS, COREF_FILES, EOS, SEGMENT_SPECIALS, segment_count, segment_room
+from ..heads import COREF_HEAD
 from ..modules.coref import CorefHead, document_features
 from .token_head_task import ItemsDataset, TokenHeadTask
 
-COREF_HEAD = "coref"
 HEAD_PARAM_GROUP = "coref_head"  # the composite optimizer's group of the task layers
 
 

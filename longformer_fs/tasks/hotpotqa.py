@@ -25,12 +25,11 @@ from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import HOTPOTQA_FILES, HOTPOTQA_SYMBOLS
+from ..heads import PARAGRAPH_HEAD, SENTENCE_HEAD, SPAN_HEAD, TYPE_HEAD
 from ..modules.task_heads import EvidenceScorer
 from .qa import QaConfig
 from .token_head_task import ItemsDataset, TokenHeadTask
 
-SPAN_HEAD, TYPE_HEAD = "hotpotqa_span", "hotpotqa_type"
-PARAGRAPH_HEAD, SENTENCE_HEAD = "hotpotqa_paragraph", "hotpotqa_sentence"
 QUESTION_END, PARAGRAPH, SENTENCE = HOTPOTQA_SYMBOLS[1:]  # [/q] [p] [s]
 # The datasets of a split's labels, which a split prepared without them lacks, and of its inputs.
 LABEL_FILES = ("starts", "ends", "paragraphs", "sentences", "qtype")

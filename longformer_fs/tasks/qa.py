@@ -16,7 +16,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..conventions import QA_FILES, QA_HEAD
+from ..conventions import QA_FILES
+from ..heads import QA_HEAD
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 # The datasets of a `prep qa` split: each window's tokens and gold positions, which batches

@@ -20,10 +20,10 @@ from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..conventions import WIKIHOP_FILES, WIKIHOP_SYMBOLS
+from ..heads import CANDIDATE_HEAD
 from ..modules.task_heads import average_over_chunks
 from .token_head_task import ItemsDataset, TokenHeadTask
 
-CANDIDATE_HEAD = "candidate"
 ENTITY = WIKIHOP_SYMBOLS[2]  # [ent]: its position stands for its candidate
 
 

@@ -43,7 +43,7 @@ TINY_WINDOWS, TINY_DILATIONS = (4, 16), ((1, 1, 1, 1), (1, 1, 2, 2))  # TINY_CHA
 
 
 def load(path, data):
-    from longformer_fs.evaluation.checkpoint import load_model
+    from longformer_fs.checkpoint import load_model
 
     return load_model(path, data)[0]
 

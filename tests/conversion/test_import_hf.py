@@ -17,7 +17,7 @@ import torch
 from helpers import fails, ok
 from hf_models import english, save_model, scaled, vocab_size
 
-from longformer_fs.evaluation.checkpoint import load_model
+from longformer_fs.checkpoint import load_model
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -52,8 +52,6 @@ def led_config(tokenizer, **extra):
 def imported(hf_dir, out, *extra):
     """import-hf, and the model and task as fairseq's checkpoint loader builds them (LED's
     translation task over its dict.txt, as summarize loads it), in float64."""
-    from longformer_fs.evaluation.summarization import load_summarizer
-
     report = json.loads(ok("import-hf", hf_dir, "--out", out, "--json", *extra))
     data = out
     if report["task"] == "sentence_prediction":  # its data: input0/ and label/ dictionaries, as prep writes them
@@ -62,7 +60,7 @@ def imported(hf_dir, out, *extra):
             (data / part).mkdir(parents=True)
             (data / part / "dict.txt").write_text(text)
     if report["task"] == "translation":
-        model, task = load_summarizer(out / "model.pt")
+        model, task = load_model(out / "model.pt")  # its task over the dict.txt beside it
     else:
         model, task = load_model(out / "model.pt", data)
     return report, model.double(), task
@@ -105,7 +103,7 @@ def test_question_answering_logits_with_the_question_global(tokenizer, tmp_path)
     (everything before the first </s>), as HF's QA model and our longformer_qa task set it."""
     from transformers import LongformerForQuestionAnswering
 
-    from longformer_fs.conventions import QA_HEAD
+    from longformer_fs.heads import QA_HEAD
     from longformer_fs.tasks.qa import question_mask
 
     theirs = scaled(LongformerForQuestionAnswering(longformer_config(tokenizer)))

@@ -16,7 +16,7 @@ from helpers import fails, ok, pretrain_roberta
 from hf_models import multilingual, renumbered, scaled, train_xlmr_tokenizer
 
 from longformer_fs import from_pretrained
-from longformer_fs.evaluation.checkpoint import load_model
+from longformer_fs.checkpoint import load_model
 from longformer_fs.tokenization import SubwordSpec
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}

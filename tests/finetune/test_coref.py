@@ -286,7 +286,7 @@ def test_miniature_long_context_beats_128_token_segments(work, models):
 def test_segments_are_joined_into_the_document(work, models):
     """The collater's rows (``<s>`` + 126 tokens + ``</s>``) and ``document_features``
     against each segment run alone through the model and joined by hand."""
-    from longformer_fs.evaluation.checkpoint import load_model
+    from longformer_fs.checkpoint import load_model
     from longformer_fs.tasks.coref import COREF_HEAD, CorefDataset
 
     model, task = load_model(work["tmp"] / "model_long" / "checkpoint_best.pt", work["tmp"] / "data")

@@ -290,7 +290,7 @@ def test_wikihop_trains_through_chunks_and_their_average(work, wikihop):
 def test_wikihop_logits_are_the_mean_of_each_chunk_run_alone(work, wikihop):
     """The batched criterion path (chunks of several examples padded together, gathered at
     [ent], averaged by owner) against each chunk run on its own and averaged by hand."""
-    from longformer_fs.evaluation.checkpoint import load_model
+    from longformer_fs.checkpoint import load_model
     from longformer_fs.tasks.wikihop import CANDIDATE_HEAD, ENTITY, WikihopTask
 
     tmp = work["tmp"]
@@ -384,7 +384,7 @@ def test_the_batch_global_mask_reaches_every_layer(work, qa):
     oracle computes on the same input with the batch's question mask as global tokens."""
     from oracle import oracle_layer
 
-    from longformer_fs.evaluation.checkpoint import load_model
+    from longformer_fs.checkpoint import load_model
 
     tmp = work["tmp"]
     # The 128-token windows keep the float64 oracle (a loop over rows) quick.
@@ -424,8 +424,8 @@ def test_hf_export_of_the_qa_model_gives_our_logits(work, qa):
     """LongformerForQuestionAnswering with the question as its global mask, on padded windows."""
     from transformers import LongformerForQuestionAnswering
 
-    from longformer_fs.conventions import QA_HEAD
-    from longformer_fs.evaluation.checkpoint import load_model
+    from longformer_fs.checkpoint import load_model
+    from longformer_fs.heads import QA_HEAD
 
     tmp = work["tmp"]
     checkpoint = tmp / "qa_model" / "checkpoint_best.pt"
@@ -449,7 +449,7 @@ def test_hf_export_of_the_qa_model_gives_our_logits(work, qa):
 def test_hf_export_of_the_classifier_gives_our_logits(work, classifier):
     from transformers import LongformerForSequenceClassification
 
-    from longformer_fs.evaluation.checkpoint import load_model
+    from longformer_fs.checkpoint import load_model
 
     tmp = work["tmp"]
     report = json.loads(ok("export-hf", classifier[0], "--out", tmp / "hf_cls", "--json"))
@@ -533,8 +533,8 @@ def test_convert_roberta_from_hf_layout_equals_the_fairseq_release(work, tmp_pat
     the same checkpoint from either layout, with tokenizer files that give the same ids."""
     from hf_models import roberta_as_hf
 
+    from longformer_fs.checkpoint import load_model
     from longformer_fs.checkpoint_files import config_get, model_config
-    from longformer_fs.evaluation.checkpoint import load_model
     from longformer_fs.tokenization import SubwordSpec
 
     tmp, bpe = work["tmp"], work["tmp"] / "bpe"

@@ -257,7 +257,7 @@ def test_eval_prints_the_three_scores_and_refuses_other_data(work, trained):
     err = fails("eval-hotpotqa", tmp / "data_model" / "checkpoint_best.pt", "--data", tmp / "bpe")
     assert "prep hotpotqa" in err
     err = fails("export-hf", tmp / "data_model" / "checkpoint_best.pt", "--out", tmp / "hf")
-    assert "no HotpotQA head" in err and not (tmp / "hf").exists()
+    assert "HotpotQA's heads" in err and "no such head" in err and not (tmp / "hf").exists()
 
 
 def test_the_hub_answers_the_gold_files_questions_as_eval_hotpotqa_scores_them(work, trained):

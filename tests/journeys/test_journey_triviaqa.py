@@ -11,7 +11,7 @@ from helpers import assert_refused_in_one_line
 from journey import Journey, Workspace
 from releases import write_triviaqa_release
 
-from longformer_fs.evaluation.checkpoint import load_model
+from longformer_fs.checkpoint import load_model
 
 JOURNEY = Journey("triviaqa")
 NOTICE = "recipe triviaqa trains in float32 (common.fp16=false)"

@@ -28,7 +28,7 @@ from helpers import (
 from releases import write_paper_pdf
 
 from data_prep.gpt2_bpe import train_bpe
-from longformer_fs.evaluation.checkpoint import load_model
+from longformer_fs.checkpoint import load_model
 from longformer_fs.evaluation.summarization import GenerationSettings, generate
 
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]

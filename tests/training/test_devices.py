@@ -21,11 +21,12 @@ from fairseq.data import Dictionary
 
 from longformer_fs.attention import LongformerSelfAttention
 from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
-from longformer_fs.conventions import HOTPOTQA_SYMBOLS, QA_HEAD
+from longformer_fs.conventions import HOTPOTQA_SYMBOLS
 from longformer_fs.criterions.coref import CorefCriterion
 from longformer_fs.criterions.hotpotqa import HotpotqaCriterion
 from longformer_fs.criterions.qa import QaCriterion
 from longformer_fs.criterions.wikihop import WikihopCriterion
+from longformer_fs.heads import QA_HEAD
 from longformer_fs.models.led import LEDModel
 from longformer_fs.models.longformer_lm import LongformerLanguageModel, LongformerLMConfig
 from longformer_fs.models.longformer_roberta import LongformerRobertaModel
