@@ -71,10 +71,9 @@ def led_config(args, state: dict, windows: list[int], decoder_layers: int) -> LE
     )
 
 
-def export_led(checkpoint):
-    """An ``led`` checkpoint (:class:`~longformer_fs.checkpoint.Checkpoint`) as HF's LED: the
-    model and a report, or a ValueError for what HF's LED cannot run."""
-    args, weights = checkpoint.model_cfg, checkpoint.state["model"]
+def export_led(args, state: dict):
+    """The HF model and a report, or a ValueError for what HF's LED cannot run."""
+    weights = state["model"]
     encoder, decoder = layout.encoder_layers(weights), layout.decoder_layers(weights)
     if config_get(args, "encoder_normalize_before", False) or config_get(args, "decoder_normalize_before", False):
         raise ValueError("checkpoint: pre-layernorm layers differ from HF LED's (BART's) layers; export refused")

@@ -168,3 +168,16 @@ def test_fairseq_tools_read_and_write_text(tiny_char_lm, char_corpus):
     for number, words in blocks:
         chars = [word.rsplit(" [", 1)[0] for word in words.split("\t")]
         assert all(len(c) == 1 for c in chars) and "".join(chars) == valid[int(number) * 64 :][: len(chars)]
+    # fairseq-eval-lm with a context window is eval-bpc's protocol (windows of 64, 16 scored each).
+    log = run(BIN / "fairseq-eval-lm", char_corpus, "--path", checkpoint, *common, "--gen-subset", "valid",
+              "--tokens-per-sample", "64", "--context-window", "48", "--max-sentences", "4")  # fmt: skip
+    fairseq_bits = float(re.search(r"Loss \(base 2\): ([\d.]+)", log)[1])
+    ours = cli("eval-bpc", checkpoint, "--data", char_corpus, "--split", "valid", "--window", "64", "--step", "16")
+    assert ours.returncode == 0 and abs(float(re.search(r"BPC ([\d.]+)", ours.stdout)[1]) - fairseq_bits) <= 1e-4
+    # fairseq-generate: each block's target (T-) and hypothesis (H-, D-) as text.
+    log = run(BIN / "fairseq-generate", char_corpus, "--path", checkpoint, *common, "--gen-subset", "valid",
+              "--tokens-per-sample", "64", "--max-sentences", "8", "--beam", "1", "--max-len-b", "8")  # fmt: skip
+    targets = dict(line[2:].split("\t", 1) for line in log.splitlines() if line.startswith("T-"))
+    assert len(targets) == len(blocks) and all(t == valid[int(k) * 64 :][:64] for k, t in targets.items())
+    hypotheses = [line.split("\t")[2] for line in log.splitlines() if line.startswith("D-")]
+    assert len(hypotheses) == len(blocks) and not any("0x" in h for h in hypotheses)

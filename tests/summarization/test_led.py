@@ -11,12 +11,14 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import (
     BART_TRAINING,
     BIN,
     TINY_BART,
+    USER_DIR,
     cli,
     fails,
     fake_checkpoint,
@@ -165,6 +167,22 @@ def test_converted_with_wide_window_equals_bart(bart, data, tmp_path):
     sources = [dataset[i]["source"] for i in range(6)]
     settings = GenerationSettings(beam=4, min_len=1, max_len=8)
     assert generate(converted, task, sources, settings) == generate(original, task, sources, settings)
+    # fairseq-generate, as fairseq users run it, with GPT-2's BPE turning hypotheses into text:
+    # the LED writes the BART's hypotheses (their scores equal to float32's rounding), and its
+    # D- lines are text.
+    tool = [BIN / "fairseq-generate", data["short"], "--task", "translation", "--source-lang", "source",
+            "--target-lang", "target", "--gen-subset", "valid", "--beam", "4", "--max-len-b", "8",
+            "--batch-size", "8", "--bpe", "gpt2", "--gpt2-encoder-json", data["bpe"] / "encoder.json",
+            "--gpt2-vocab-bpe", data["bpe"] / "vocab.bpe", "--user-dir", USER_DIR, "--cpu"]  # fmt: skip
+    hypotheses, scores = {}, {}
+    for name, checkpoint in (("bart", bart / "model.pt"), ("led", tmp_path / "wide" / "model.pt")):
+        lines = [line.split("\t") for line in run(*tool, "--path", checkpoint).splitlines()]
+        hypotheses[name] = sorted((line[0], line[2]) for line in lines if line[0].startswith(("H-", "D-")))
+        scores[name] = np.array([float(line[1]) for line in sorted(lines) if line[0].startswith("H-")])
+    assert hypotheses["led"] == hypotheses["bart"] and len(hypotheses["led"]) >= 2 * 45  # 48 of the 50 here
+    np.testing.assert_allclose(scores["led"], scores["bart"], atol=1e-5)
+    texts = [text for tag, text in hypotheses["led"] if tag.startswith("D-")]
+    assert any(text.startswith("topic ") for text in texts), texts[:5]  # the targets' first word, as text
 
 
 def fine_tune_command(arch_args, init, data, save, updates=80):
