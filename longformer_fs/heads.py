@@ -74,7 +74,7 @@ class Head:
         return HEADS[self.kind]
 
     def __str__(self) -> str:
-        return self.kind + (f" ({self.name})" if self.name else "")
+        return self.kind if self.name in ("", self.kind) else f"{self.kind} ({self.name})"
 
     @classmethod
     def of(cls, state_dict: dict) -> Head:

@@ -2,6 +2,8 @@
 imported from the hub's layout: greedy generation token for token; and its summaries are
 ``summarize``'s."""
 
+import dataclasses
+
 import pytest
 import torch
 from helpers import ok
@@ -60,19 +62,25 @@ def test_fairseqs_translate_and_sample_arguments_keep_their_meaning(imported, mo
     """fairseq's ``GeneratorHubInterface.translate(sentences, beam, verbose)`` calls
     ``self.sample(sentences, beam, verbose)``: on our hub, ``verbose`` must not land in a
     generation setting (it once set the length penalty to 0). The settings reaching the
-    beam search are recorded; inherited calls that need fairseq's own BPE refuse in one line."""
+    beam search are recorded, and each search is then run cut to 8 tokens (the toy model
+    would write 512); inherited calls that need fairseq's own BPE refuse in one line."""
     from fairseq.hub_utils import GeneratorHubInterface
 
+    from longformer_fs.evaluation.summarization import GenerationSettings
     from longformer_fs.hub import led as led_hub
 
     hub = from_pretrained(imported)
     seen = []
     real = led_hub.generate
-    monkeypatch.setattr(led_hub, "generate", lambda model, task, sources, settings, batch: seen.append(settings)
-                        or real(model, task, sources, settings, batch))  # fmt: skip
+
+    def recorded(model, task, sources, settings, batch):
+        seen.append(settings)
+        return real(model, task, sources, dataclasses.replace(settings, min_len=1, max_len=8), batch)
+
+    monkeypatch.setattr(led_hub, "generate", recorded)
     first = GeneratorHubInterface.translate(hub, [DOCUMENT], 3, False)
-    assert seen[-1].beam == 3 and seen[-1].lenpen == 2.0 and seen[-1].no_repeat_ngram_size == 3
-    assert hub.translate(DOCUMENT) == hub.sample(DOCUMENT) and seen[-1].beam == seen[-2].beam == 4
+    assert seen[-1] == dataclasses.replace(GenerationSettings(), beam=3)  # lenpen 2.0, no repeated 3-gram
+    assert hub.translate(DOCUMENT) == hub.sample(DOCUMENT) and seen[-1] == seen[-2] == GenerationSettings()
     assert hub.sample([DOCUMENT], 3, True) == first
     for call in (lambda: hub.fill_mask(["a <mask> b"]), lambda: hub.sample(DOCUMENT, 4, False, 2.0)):
         with pytest.raises((NotImplementedError, TypeError)) as refused:
