@@ -111,7 +111,7 @@ START_FIRST = (
     "journeys/test_journey_finetune.py",  # 130
     "finetune/test_finetune.py",  # 125
     "training/test_distributed.py",  # 120
-    "onnx/test_export_onnx.py",  # 110 (four exports, about 25 s each)
+    "export/test_export_onnx.py",  # 110 (four exports, about 25 s each)
     "finetune/test_coref.py",  # 100
     "journeys/test_journey_summarization.py",  # 85
     "journeys/test_journey_mlm.py",  # 80
@@ -135,7 +135,7 @@ START_FIRST = (
 SETUP_SHARE = 60
 SETUP_SHARES = {
     "finetune/test_finetune.py": 350,  # five fine-tuning runs and the pretraining: 231 s when set
-    "onnx/test_export_onnx.py": 220,  # three exports: 146 s
+    "export/test_export_onnx.py": 220,  # three exports: 146 s
     "finetune/test_coref.py": 210,  # 500 masked-LM updates, two span-model runs: 142 s
     "summarization/test_led.py": 150,  # BART, LED and their fine-tuning: 96 s
     "mlm/test_longformer_roberta.py": 90,  # 55 s

@@ -163,15 +163,26 @@ def test_the_plugins_units_import_one_another_without_a_cycle(edges):
     assert not cycles, cycles
 
 
+def test_the_two_directions_meet_only_in_the_checkpoint_and_the_output_step(edges):
+    """Models come in through conversion/ and leave through export/: the way in never needs
+    the way out, every exporter starts from ``Checkpoint`` and writes through ``output``,
+    and neither direction reaches into evaluation/ (loading a model is ``checkpoint``'s)."""
+    export, conversion = edges["longformer_fs.export"], edges["longformer_fs.conversion"]
+    assert "longformer_fs.export" not in conversion
+    assert {"longformer_fs.checkpoint", "longformer_fs.heads", "longformer_fs.output"} <= export
+    assert "longformer_fs.output" in conversion
+    assert "longformer_fs.evaluation" not in export | conversion
+
+
 def test_conversion_modules_import_one_another_without_a_cycle():
     """Inside conversion/ too, module by module, imports inside functions included: a
     conversion from an HF directory to model.pt visits each module once (roberta ->
-    readers -> hf_reader -> hf_directory, hf_tokenizer -> released -> output)."""
+    readers -> read_hf -> hf_directory, hf_tokenizer -> released)."""
     package = ROOT / "longformer_fs" / "conversion"
     modules = {module_name(path)[0]: path for path in package.glob("*.py") if path.name != "__init__.py"}
     inner = {name: {t for t in imports_of(path) if t in modules and t != name} for name, path in modules.items()}
     conv = "longformer_fs.conversion."
-    assert {conv + "hf_directory", conv + "hf_tokenizer", conv + "released"} <= inner[conv + "hf_reader"]
+    assert {conv + "hf_directory", conv + "hf_tokenizer", conv + "released"} <= inner[conv + "read_hf"]
     assert conv + "readers" in inner[conv + "roberta"]
     order, done = [], set()
     while len(done) < len(inner):  # peel off the modules whose imports are all peeled off

@@ -20,7 +20,7 @@ from fairseq.data import Dictionary
 from tqdm import tqdm
 
 from ..conventions import BOS, EOS, PAD
-from ..conversion.hf import export_longformer
+from ..export.hf import export_longformer
 from ..heads import QA_HEAD
 from ..models.longformer_roberta import LongformerRobertaModel
 from ..tasks.qa import QaTask

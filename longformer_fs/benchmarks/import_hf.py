@@ -100,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"built {source} in {time.perf_counter() - start:.0f} s")
     weights_mb = sum(p.stat().st_size for p in source.iterdir() if p.suffix in (".bin", ".safetensors")) / 1e6
     # The command's start alone (its imports): the floor under the import's peak.
-    startup = [sys.executable, "-c", "import longformer_fs.conversion.hf_import, longformer_fs.commands.import_hf"]
+    startup = [sys.executable, "-c", "import longformer_fs.conversion.import_hf, longformer_fs.commands.import_hf"]
     start_s, start_mb = peak_of(startup)
     runs, peaks = [], []
     for _ in range(args.repeat):

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..conversion.hf import export_longformer
-from ..onnx.export import trace
-from ..onnx.served import INPUTS, Head, ServedModel
+from ..export.hf import export_longformer
+from ..export.onnx import trace
+from ..export.onnx_served import INPUTS, Head, ServedModel
 from . import int_list, write_results
 from .finetune import VOCAB, build_ours
 from .measure import median_time, run_isolated

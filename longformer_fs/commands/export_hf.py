@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..conversion.hf import export_hf
+from ..export.hf import export_hf
 from .options import add_conversion_arguments, print_report
 
 

@@ -9,7 +9,7 @@ from .options import print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..onnx.export import DEFAULT_OPSET, DTYPES, TOLERANCE
+    from ..export.onnx import DEFAULT_OPSET, DTYPES, TOLERANCE
 
     parser.description = (
         "Write a longformer_roberta checkpoint (masked LM, classifier from sentence_prediction, or QA model "
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..onnx.export import export_onnx
+    from ..export.onnx import export_onnx
 
     report = export_onnx(args.checkpoint, args.out, args.dtype, args.opset, args.force)
     return print_report(report, args.json, _summary)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..conversion.hf_import import import_hf
+from ..conversion.import_hf import import_hf
 from .options import add_conversion_arguments, print_report
 
 

@@ -69,7 +69,7 @@ def add_evaluation_arguments(
 
 def add_conversion_arguments(parser: argparse.ArgumentParser, source: str, source_help: str, out_help: str) -> None:
     """``SOURCE --out DIR [--force] [--json]``: a checkpoint read, the directory its
-    conversion is written to (:mod:`longformer_fs.conversion.output`), and how the report is
+    conversion is written to (:mod:`longformer_fs.output`), and how the report is
     printed (:func:`print_report`)."""
     parser.add_argument(source, type=Path, help=source_help)
     parser.add_argument("--out", type=Path, required=True, help=out_help)

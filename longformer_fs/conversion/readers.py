@@ -2,7 +2,7 @@
 
 - fairseq's: a ``model.pt`` with its ``dict.txt`` beside it (and, for XLM-R's family, its
   ``sentencepiece.bpe.model``), :func:`read_fairseq_release`;
-- HF transformers': a model directory with ``config.json``, :func:`.hf_reader.read_hf_release`.
+- HF transformers': a model directory with ``config.json``, :func:`.read_hf.read_hf_release`.
 
 Both give a :class:`~.released.ReleasedModel`.
 """
@@ -13,9 +13,11 @@ from pathlib import Path
 
 from ..checkpoint_files import read_checkpoint
 from ..conventions import SENTENCEPIECE_MODEL
-from .hf_reader import read_hf_release
+from ..heads import Head
+from ..output import source_files
 from .hf_tokenizer import read_sentencepiece
-from .released import NotConvertibleError, ReleasedModel, source_files
+from .read_hf import read_hf_release
+from .released import NotConvertibleError, ReleasedModel
 
 
 def read_release(src: Path, hf_types: tuple[str, ...], command: str) -> ReleasedModel:
@@ -53,4 +55,7 @@ def read_fairseq_release(src: Path) -> ReleasedModel:
         tokenizer = read_sentencepiece(ckpt.parent, hf_ids=False)
         files.append(ckpt.parent / SENTENCEPIECE_MODEL)
     lines = dictionary.read_text(encoding="utf-8").splitlines()
-    return ReleasedModel(ckpt, cfg, state["model"], lines, tokenizer, source_files(*files))
+    model = ReleasedModel(ckpt, cfg, state["model"], lines, tokenizer, source_files(*files))
+    if not model.is_encoder:
+        model.head = Head("summarizer")
+    return model

@@ -1,10 +1,10 @@
 """A released model as fairseq weights: the one type every converter reads, changes and writes.
 
-The readers (:mod:`.readers`: a fairseq ``model.pt`` directory; :mod:`.hf_reader`: a
+The readers (:mod:`.readers`: a fairseq ``model.pt`` directory; :mod:`.read_hf`: a
 directory in HF transformers' layout) each return a :class:`ReleasedModel`; the
 transforms are functions on it (:func:`.roberta.to_longformer`, :func:`.bart.to_led`,
 :meth:`ReleasedModel.extend_positions`); :meth:`ReleasedModel.write` is the one writer of a
-``model.pt`` directory, through :func:`.output.guarded_output`.
+``model.pt`` directory, through :func:`longformer_fs.output.guarded_output`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import torch
 
 from ..checkpoint_files import config_get, config_set, model_name, save_start_checkpoint
 from ..conventions import PAD
+from ..heads import Head
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
 from ..models.checkpoints import reserved_position_rows
-from .output import guarded_output
+from ..output import guarded_output
 
 
 class NotConvertibleError(ValueError):
@@ -52,8 +53,10 @@ class ReleasedModel:
             fairseq's RoBERTa and BART ship GPT-2's BPE separately.
         source_files: the names and sizes of the files it was read from (``--out``'s guard).
         model_type: HF's ``model_type``; None for a fairseq release.
-        head: the task head it brought (``masked_lm``, ``qa``, ``classification``,
-            ``seq2seq``, ``none``), which decides the task its config names.
+        head: the head it brought, which decides the task its config names; None for a
+            bare encoder (given a fresh masked-LM head, which fine-tuning never reads).
+            A fairseq release's is read from its layout: RoBERTa's always has its
+            masked-LM head, BART's is a summarizer.
         left_out: what of the release has no place here, a phrase each.
         notes: other changes worth a line in the report.
     """
@@ -65,7 +68,7 @@ class ReleasedModel:
     tokenizer: PrepTokenizer | None = field(default=None, repr=False)
     source_files: dict = field(default_factory=dict)
     model_type: str | None = None
-    head: str = "masked_lm"
+    head: Head | None = Head("masked_lm")
     left_out: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -116,7 +119,7 @@ class ReleasedModel:
     def write(self, out_dir: Path, command: str, report: dict, force: bool = False) -> Path:
         """Write ``out_dir/model.pt`` (``fairseq-train`` starts from it), ``dict.txt``, the
         tokenizer as ``prep`` takes it and ``command``'s ``report``, all or nothing and
-        never over another model without ``force`` (:func:`~.output.guarded_output`). The
+        never over another model without ``force`` (:func:`~longformer_fs.output.guarded_output`). The
         config's data directory becomes ``out_dir``, which holds the dictionary. Returns
         the path of model.pt."""
         out_dir = Path(out_dir)
@@ -129,12 +132,6 @@ class ReleasedModel:
             if self.tokenizer is not None:
                 self.tokenizer.write_prep_files(staging)
         return out_dir / "model.pt"
-
-
-def source_files(*paths: Path) -> dict:
-    """What identifies a release's files for ``--out``'s guard: where, their names and sizes."""
-    paths = [Path(p) for p in paths]
-    return {"source": str(paths[0].parent.resolve()), "files": {p.name: p.stat().st_size for p in paths}}
 
 
 def training_config(arguments: list[str], settings: dict):

@@ -34,12 +34,18 @@ from ..evaluation import coref as coref_evaluation
 from ..evaluation import hotpotqa as hotpotqa_evaluation
 from ..evaluation import qa as qa_evaluation
 from ..evaluation.qa_spans import best_span_over_windows
-from ..heads import QA_HEAD
-from ..tasks.coref import CorefTask
-from ..tasks.hotpotqa import HotpotqaTask
+from ..heads import QA_HEAD, Head
 from ..tasks.qa import QaTask, question_mask
 from ..tasks.wikihop import WikihopDataset, WikihopTask
 from ..tokenization import SubwordEncoder
+
+# What predict_prepared runs on a split for each kind of head (heads.HEADS), without scoring:
+# the predictions of the kind's eval-* command.
+PREPARED_PREDICTIONS = {
+    "qa": qa_evaluation.predict_answers,
+    "hotpotqa": hotpotqa_evaluation.predict_hotpotqa,
+    "coref": coref_evaluation.predict_split,
+}
 
 
 class LongformerHubInterface(RobertaHubInterface):
@@ -215,15 +221,12 @@ class LongformerHubInterface(RobertaHubInterface):
         ``data``, as its ``eval-*`` command makes them (without scoring): for QA ``{example
         id: span}``, for HotpotQA ``{_id: answer and supporting facts}``, for coreference
         ``[{"id", "part", "clusters"}]`` (word spans)."""
+        head = Head.of(self.model.state_dict())
+        if head.kind not in PREPARED_PREDICTIONS:
+            raise ValueError(
+                f"predict_prepared: a model ending in {head.spec.what} has no prepared-split predictions here "
+                f"(models ending in {', '.join(sorted(PREPARED_PREDICTIONS))} have)"
+            )
         self.task.cfg.data = str(data)  # the task reads the split's files from here
         self.task.datasets.pop(split, None)  # not a split of other data read before
-        if isinstance(self.task, HotpotqaTask):
-            return hotpotqa_evaluation.predict_hotpotqa(self.model, self.task, split, device=self.device)
-        if isinstance(self.task, CorefTask):
-            return coref_evaluation.predict_split(self.model, self.task, split, device=self.device)
-        if isinstance(self.task, QaTask):
-            return qa_evaluation.predict_answers(self.model, self.task, split, device=self.device)
-        raise ValueError(
-            f"predict_prepared: {type(self.task).__name__} has no prepared-split predictions here (QA, HotpotQA "
-            "and coreference models have)"
-        )
+        return PREPARED_PREDICTIONS[head.kind](self.model, self.task, split, device=self.device)

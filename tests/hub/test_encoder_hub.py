@@ -97,6 +97,10 @@ def test_only_a_qa_model_answers(masked_lm):
     # RoBERTa's hub call that needs fairseq's own BPE (and spaCy) refuses in one line.
     with pytest.raises(NotImplementedError, match="^extract_features_aligned_to_words: [^\n]*$"):
         masked_lm[0].extract_features_aligned_to_words("The red gate.")
+    # A masked LM has no prepared-split predictions: refused by its head, before any data is read.
+    refused = "^predict_prepared: a model ending in the masked-LM head [^\n]*coref, hotpotqa, qa"
+    with pytest.raises(ValueError, match=refused):
+        masked_lm[0].predict_prepared("no-such-directory")
 
 
 def test_predict_gives_hfs_classifier_logits_with_its_first_token_global(hub_tokenizer, tmp_path):

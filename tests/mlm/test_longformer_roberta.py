@@ -194,7 +194,7 @@ def test_convert_refuses_bad_input_with_clear_messages(tiny_roberta, tmp_path):
 def test_export_refuses_dilation_and_causal():
     import argparse
 
-    from longformer_fs.conversion.hf import ExportError, check_exportable
+    from longformer_fs.export.hf import ExportError, check_exportable
 
     args = argparse.Namespace(attention_window="4", attention_dilation="1,2", causal_attention=False)
     with pytest.raises(ExportError, match="dilated"):

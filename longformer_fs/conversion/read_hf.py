@@ -29,14 +29,15 @@ from pathlib import Path
 import torch
 
 from ..conventions import BOS, EOS, PAD
-from ..heads import QA_HEAD
+from ..heads import QA_HEAD, Head
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
 from ..models.checkpoints import reserved_position_rows
+from ..output import source_files
 from . import hf_layout
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights
 from .hf_tokenizer import ByteLevelBPE, SentencePieceVocab, check_tokenizer, dictionary_lines, read_tokenizer
-from .released import NotConvertibleError, ReleasedModel, source_files, training_config
+from .released import NotConvertibleError, ReleasedModel, training_config
 
 ENCODERS = ("longformer", "roberta", "xlm-roberta", "camembert")
 # Where a model type keeps its encoder's weights when it is not under its own name.
@@ -52,17 +53,19 @@ class UnsupportedModelError(NotConvertibleError):
     """The directory holds a model, or a setting, that our models cannot express."""
 
 
-def task_arguments(head: str, settings: dict, weights: dict) -> list[str]:
-    """The fairseq-train arguments of the task and criterion that train ``head``."""
-    if head == "seq2seq":
+def task_arguments(head: Head | None, settings: dict, weights: dict) -> list[str]:
+    """The fairseq-train arguments of the task and criterion that train ``head`` (None: a
+    bare encoder, trained as a masked LM)."""
+    kind = head.kind if head else "masked_lm"
+    if kind == "summarizer":
         return ["--task", "translation", "--source-lang", "source", "--target-lang", "target",
                 "--criterion", "label_smoothed_cross_entropy",
                 "--max-source-positions", str(settings["max_source_positions"]),
                 "--max-target-positions", str(settings["max_target_positions"])]  # fmt: skip
     positions = str(settings["max_positions"])
-    if head == "qa":
+    if kind == "qa":
         return ["--task", "longformer_qa", "--criterion", "longformer_qa", "--max-positions", positions]
-    if head == "classification":
+    if kind == "classification":
         classes = weights[f"classification_heads.{CLASSIFICATION_HEAD}.out_proj.bias"].numel()
         return ["--task", "sentence_prediction", "--criterion", "sentence_prediction", "--num-classes",
                 str(classes), "--init-token", str(BOS), "--separator-token", str(EOS),
@@ -70,7 +73,7 @@ def task_arguments(head: str, settings: dict, weights: dict) -> list[str]:
     return ["--task", "masked_lm", "--criterion", "masked_lm", "--tokens-per-sample", positions]
 
 
-def _released(directory: HFModelDirectory, tokenizer, arch: str, weights: dict, settings: dict, head: str,
+def _released(directory: HFModelDirectory, tokenizer, arch: str, weights: dict, settings: dict, head: Head | None,
               rows: int, left_out: list[str], notes: list[str]) -> ReleasedModel:  # fmt: skip
     """The release as fairseq would have trained it: the config a training run of ``arch``
     with ``settings`` records (its data directory: the HF directory until written)."""
@@ -265,7 +268,8 @@ def _longformer_attention(config: _Config, layers: int) -> dict:
 def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens: torch.Tensor):
     """The head the weights hold, put where fairseq's model keeps it; a fresh masked-LM
     head where there is none (fairseq's RoBERTa always has one; fine-tuning never reads
-    it). Returns the head's name and what was left out."""
+    it). Returns the head (None for a bare encoder, whose masked-LM head is fresh) and what
+    was left out."""
     tensors, left_out = weights.tensors, []
     if "lm_head.dense.weight" in tensors:
         state.update(weights.map(hf_layout.LM_HEAD))
@@ -274,10 +278,10 @@ def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens
         if decoder is not None and not torch.equal(decoder, tokens):
             settings["untie_weights_roberta"] = True
         state[roberta_layout.LM_HEAD + "weight"] = tokens if decoder is None else decoder
-        head = "masked_lm"
+        head = Head("masked_lm")
     else:
         state.update(_fresh_lm_head(tokens))
-        head = "none"
+        head = None
     if "qa_outputs.weight" in tensors:
         # A QA head scores each token as a start and as an end; with other outputs, the
         # longformer_qa task could not load the model it names.
@@ -287,7 +291,7 @@ def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens
         for p in hf_layout.PARAMS:
             state[f"token_heads.{QA_HEAD}.{p}"] = weights.take(f"qa_outputs.{p}")
         settings["global_attention_from_data"] = True
-        head = "qa"
+        head = Head("qa", QA_HEAD)
     elif "classifier.dense.weight" in tensors and "classifier.out_proj.weight" in tensors:
         for module in ("dense", "out_proj"):
             for p in hf_layout.PARAMS:
@@ -295,7 +299,7 @@ def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens
                     f"classifier.{module}.{p}"
                 )
         settings["global_attention_tokens"] = "<s>"  # HF's classifier makes the first token global
-        head = "classification"
+        head = Head("classification", CLASSIFICATION_HEAD)
     elif "classifier.weight" in tensors:
         kinds = " ".join(config.get("architectures", []))
         what = (
@@ -415,7 +419,7 @@ def _encoder_decoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE | Sent
     large = width >= 1024
     arch = f"{'led' if led else 'bart'}_{'large' if large else 'base'}"
     left_out = [f"{key} (not in config.json's model)" for key in weights.left()]
-    return _released(directory, tokenizer, arch, state, settings, "seq2seq", tokens.shape[0], left_out, [])
+    return _released(directory, tokenizer, arch, state, settings, Head("summarizer"), tokens.shape[0], left_out, [])
 
 
 # ---------------------------------------------------------------- reading

@@ -1,4 +1,4 @@
-"""The band attention op lowered to ONNX (``longformer_fs/onnx/band.py``): a Longformer
+"""The band attention op lowered to ONNX (``longformer_fs/export/onnx_band.py``): a Longformer
 attention layer exported once, with a dynamic length, runs in onnxruntime at every length
 and equals the float64 dense oracle (the layer on the reference backend)."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from longformer_fs.attention.layer import LongformerSelfAttention
-from longformer_fs.onnx.band import TRANSLATIONS
+from longformer_fs.export.onnx_band import TRANSLATIONS
 
 WIDTH, HEADS, WINDOW = 32, 4, 8
 

@@ -1,6 +1,6 @@
-"""How every converter writes its output directory: all or nothing, never over another model.
+"""How every converter and exporter writes its output: all or nothing, never over another model.
 
-``import-hf``, ``convert-roberta``, ``convert-bart`` and ``export-hf`` write through
+``import-hf``, ``convert-roberta``, ``convert-bart`` and ``export-hf`` write a directory through
 :func:`guarded_output`:
 
 - **staged**: the files go into a folder beside ``--out`` and move in only once all of
@@ -29,6 +29,13 @@ from typing import Iterator
 # what their output is called in messages.
 WRITERS = {"import-hf": "an import", "convert-roberta": "a conversion", "convert-bart": "a conversion",
            "export-hf": "an export"}  # fmt: skip
+
+
+def source_files(*paths: Path) -> dict:
+    """What identifies the files an output was made from, for ``--out``'s guard: where,
+    their names and sizes."""
+    paths = [Path(p) for p in paths]
+    return {"source": str(paths[0].parent.resolve()), "files": {p.name: p.stat().st_size for p in paths}}
 
 
 def record_path(out_dir: Path, command: str) -> Path:

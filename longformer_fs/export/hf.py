@@ -26,14 +26,13 @@ from transformers import LongformerConfig
 
 from ..checkpoint import Checkpoint, Kind
 from ..conventions import BOS, EOS, PAD
+from ..conversion import hf_layout
+from ..conversion.hf_tokenizer import CAMEMBERT_BOS_EOS, dictionary_layout, write_hf_tokenizer
 from ..heads import CLASSIFICATION_HEADS, TOKEN_HEADS, Head
 from ..models import longformer_roberta as layout
 from ..modules.per_layer import layer_values
-from . import hf_layout
+from ..output import guarded_output, source_files
 from .hf_led import export_led
-from .hf_tokenizer import CAMEMBERT_BOS_EOS, dictionary_layout, write_hf_tokenizer
-from .output import guarded_output
-from .released import source_files
 
 
 class ExportError(ValueError):
@@ -170,7 +169,7 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     With ``tokenizer``, the model's ``dictionary`` maps it to model ids; by default the
     checkpoint's own (:meth:`~longformer_fs.checkpoint.Checkpoint.dictionary`; the report
     names it). All or nothing, and never over another model without ``force``
-    (:func:`~.output.guarded_output`).
+    (:func:`~longformer_fs.output.guarded_output`).
     """
     ours = Checkpoint.read(checkpoint)
     try:

@@ -1,7 +1,7 @@
 """``longformer-fs import-hf``: a released Longformer or LED in HF transformers' layout as
 our checkpoint, with the tokenizer as ``prep`` takes it.
 
-Read by :mod:`.hf_reader`, its positions optionally copied further out
+Read by :mod:`.read_hf`, its positions optionally copied further out
 (:meth:`~.released.ReleasedModel.extend_positions`), written as ``convert-roberta`` and
 ``convert-bart`` write (:meth:`~.released.ReleasedModel.write`).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoint_files import config_get
-from .hf_reader import read_hf_release
+from .read_hf import read_hf_release
 
 COMMAND = "import-hf"
 
@@ -33,7 +33,7 @@ def import_hf(hf_dir: Path, out_dir: Path, max_positions: int | None = None, tok
         "output": str(out_dir / "model.pt"),
         "model_type": model.model_type,
         "arch": model.name,
-        "head": model.head,
+        "head": model.head.kind if model.head else "none",
         "task": config_get(model.cfg["task"], "_name"),
         "layers": [config_get(cfg, k) for k in ("encoder_layers", "decoder_layers") if config_get(cfg, k)],
         "window": config_get(cfg, "attention_window"),

@@ -1,9 +1,9 @@
 """``export-onnx``: a ``longformer_roberta`` checkpoint as one ONNX file that serves every
 batch size, every length up to the model's positions and every global pattern.
 
-How: the model (:class:`~.served.ServedModel`) is traced by ``torch.export`` with a
+How: the model (:class:`~.onnx_served.ServedModel`) is traced by ``torch.export`` with a
 dynamic batch and length, its attention on the ``kernel`` backend, whose op is opaque to
-the trace and becomes ONNX operators through :mod:`.band`; the global tokens' count is a
+the trace and becomes ONNX operators through :mod:`.onnx_band`; the global tokens' count is a
 size the graph computes at run time. torch's ONNX exporter writes the file. Before the
 file reaches ``--out`` it is run by onnxruntime against the PyTorch model on random
 inputs of several lengths, global patterns and padding (:func:`self_check`): a file that
@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint, Kind
-from ..conversion.output import guarded_file
 from ..heads import HEADS, Head
-from .band import TRANSLATIONS
-from .served import INPUTS, ServedModel
+from ..output import guarded_file
+from .onnx_band import TRANSLATIONS
+from .onnx_served import INPUTS, ServedModel
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 # How far onnxruntime may be from the float32 PyTorch model, relative to the largest

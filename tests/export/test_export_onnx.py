@@ -199,7 +199,7 @@ def test_the_longest_input_equals_hf_and_one_more_token_is_an_error(exported):
 
 def test_a_self_check_mismatch_fails_with_the_numbers(exported):
     """A file that disagrees with PyTorch is refused: here the PyTorch side is moved after export."""
-    from longformer_fs.onnx.export import OnnxExportError, load_served, self_check
+    from longformer_fs.export.onnx import OnnxExportError, load_served, self_check
 
     _, path, _ = exported["mlm"]
     served = load_served(path.parent / "mlm_ckpt" / "model.pt")

@@ -14,10 +14,10 @@ from transformers import LEDConfig, LEDForConditionalGeneration
 
 from ..checkpoint_files import config_get
 from ..conventions import BOS, EOS, PAD
+from ..conversion import hf_layout
 from ..models import led as layout
 from ..models.checkpoints import reserved_position_rows
 from ..modules.per_layer import layer_values
-from . import hf_layout
 
 
 def led_windows(args, layers: int) -> list[int]:

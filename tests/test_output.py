@@ -1,5 +1,5 @@
 """What every converter and export writes is all or nothing, and never over another model
-without ``--force`` (``conversion/output.py``); ``export-hf`` finds the model's dictionary
+without ``--force`` (``longformer_fs/output.py``); ``export-hf`` finds the model's dictionary
 where the checkpoint says its data was."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import assert_refused_in_one_line, fails, ok, unreadable_checkpoints
 
-from longformer_fs.conversion.output import staged_output
+from longformer_fs.output import staged_output
 
 
 def snapshot(directory):

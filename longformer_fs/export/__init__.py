@@ -1,0 +1,16 @@
+"""Our checkpoints out, in the formats others serve and load: every exporter starts from a
+:class:`~longformer_fs.checkpoint.Checkpoint` (its kind and its head, :mod:`longformer_fs.heads`)
+and writes through the one output step (:mod:`longformer_fs.output`: staged, all or
+nothing, never over another model without ``--force``).
+
+- HF transformers (``export-hf``): :mod:`.hf` for ``longformer_roberta``, the class of its
+  head; :mod:`.hf_led` for ``led``. The weight-name tables are shared with the import
+  direction (:mod:`longformer_fs.conversion.hf_layout`).
+- ONNX (``export-onnx``, ``docs/deploy.md``): :mod:`.onnx` traces, checks and writes the
+  file; :mod:`.onnx_served` is the graph a file serves; :mod:`.onnx_band` lowers the band
+  attention op to ONNX operators.
+
+A new format is a module here over the same two: read the checkpoint with ``Checkpoint``,
+write with :func:`~longformer_fs.output.guarded_output` (a directory) or
+:func:`~longformer_fs.output.guarded_file` (one file).
+"""
