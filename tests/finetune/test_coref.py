@@ -12,9 +12,11 @@ entity's name and 126 from the previous pronoun. The Longformer model (2,048 pos
 w = 32) reads the document as one segment and sees the run before each pronoun; the same
 model reading 128-token segments (RoBERTa's setting: segments concatenated, features that
 cannot cross them) sees each ``it`` at the start of a segment, the run in the previous
-one, and cannot tell the entities apart. The tiny RoBERTa is pretrained for 500
+one, and cannot tell the entities apart. The tiny RoBERTa is pretrained for 250
 masked-LM updates first: with 10, context moves a token's features by 0.3% and neither
 model learns to use it (both score about 65, linking each pronoun to a nearby mention).
+With 250 the long model scores 100 and the segmented one 68.5, the nearby-mention
+heuristic (with 500: 98.3 against 0); the test asks for 80 and a margin of 25.
 """
 
 import json
@@ -237,8 +239,8 @@ def work(tmp_path_factory):
         (tmp / "mlm" / f"train.{ext}").symlink_to(tmp / "data" / f"train.tokens.{ext}")
     (tmp / "mlm" / "dict.txt").symlink_to(tmp / "bpe" / "dict.txt")
     (tmp / "roberta").mkdir()
-    # 500 updates: attention that carries a word's neighbours into its features (see above).
-    roberta = pretrain_roberta(tmp / "mlm", tmp / "bpe" / "dict.txt", tmp / "roberta", updates=500)
+    # 250 updates: attention that carries a word's neighbours into its features (see above).
+    roberta = pretrain_roberta(tmp / "mlm", tmp / "bpe" / "dict.txt", tmp / "roberta", updates=250)
     for name, positions in (("long", "2048"), ("short", "128")):
         ok("convert-roberta", roberta, "--out", tmp / f"converted_{name}", "--max-positions", positions,
            "--window", "32")  # fmt: skip

@@ -185,9 +185,15 @@ def test_converted_with_wide_window_equals_bart(bart, data, tmp_path):
     assert any(text.startswith("topic ") for text in texts), texts[:5]  # the targets' first word, as text
 
 
-def fine_tune_command(arch_args, init, data, save, updates=80):
+def fine_tune_command(arch_args, init, data, save, updates=50):
     """fairseq-train of ``arch_args`` from ``init`` on the long data; the checkpoint is
-    ``save / "checkpoint_last.pt"``."""
+    ``save / "checkpoint_last.pt"``.
+
+    50 updates: the LED's ROUGE-2 is 100 after 35 updates as after 80, and the truncated
+    BART's stays at 3 to 10 (measured on the 2-core CI machine, one thread each), so the
+    miniature keeps its margin, and a defect that stops the LED reading the long sources
+    still fails it. (The BART pretraining cannot shrink alike: after 100 updates instead of
+    200, the LED learns nothing in 50, ROUGE-2 10.)"""
     return [BIN / "fairseq-train", data["long"], *BART_TRAINING, *arch_args, *TINY_BART, "--lr", "5e-4",
             "--lr-scheduler", "fixed", "--max-update", str(updates), "--finetune-from-model", init,
             "--save-dir", save]  # fmt: skip
