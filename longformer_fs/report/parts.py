@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -89,7 +90,10 @@ def cuda_tests(ctx: Context) -> dict:
         raise PartFailed(f"no test marked gpu under {tests}: run the report from a checkout of longformer-fs")
     command = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-o", "addopts=-ra",
                *files]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    # Cold starts: the suite's warm-start server (tests/conftest.py) would import torch,
+    # fairseq and transformers once more for tests that start no command.
+    env = {**os.environ, "LFS_COLD_STARTS": "1"}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
     print(result.stdout[-20000:], result.stderr[-5000:])
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr.strip()[-300:]
     counts = {name.rstrip("s"): int(n) for n, name in _COUNTS.findall(summary)}
