@@ -91,7 +91,11 @@ COMMANDS = {
     "export-onnx": (
         "longformer_fs.commands.export_onnx",
         "a longformer_roberta checkpoint (masked LM, classifier, QA) as one ONNX file for every batch, length and "
-        "global pattern",
+        "global pattern; an led as optimum's encoder and decoder files",
+    ),
+    "summarize-onnx": (
+        "longformer_fs.commands.summarize_onnx",
+        "summaries of text/JSONL/PDF documents from an LED that export-onnx wrote, in onnxruntime, without torch",
     ),
     "bench attention": (
         "longformer_fs.benchmarks.attention",

@@ -113,6 +113,7 @@ START_FIRST = (
     "training/test_distributed.py",  # 120
     "export/test_export_onnx.py",  # 110 (four exports, about 25 s each)
     "finetune/test_coref.py",  # 100
+    "journeys/test_journey_deploy_led.py",  # 90 (three ONNX files, two summary searches)
     "journeys/test_journey_summarization.py",  # 85
     "journeys/test_journey_mlm.py",  # 80
     "mlm/test_longformer_roberta.py",  # 65
@@ -140,6 +141,7 @@ SETUP_SHARES = {
     "summarization/test_led.py": 130,  # BART, LED and their fine-tuning: 92 s
     "mlm/test_longformer_roberta.py": 90,  # 55 s
     "test_plugin.py": 70,  # new interpreters, on purpose: 42 s
+    "journeys/test_journey_deploy_led.py": 100,  # the LED's three ONNX files traced and checked: 45-57 s
 }
 _SETUP_SECONDS: dict[str, float] = {}
 

@@ -2,7 +2,8 @@
 
 Three ways of running one ``longformer_roberta_base``-shaped QA model (12 layers, width
 768, window 256 a side, untrained weights) forward on one sequence with one global token:
-the file ``export-onnx`` writes, in onnxruntime on the CPU; our eager PyTorch model on the
+the file ``export-onnx`` writes, in onnxruntime on the CPU, in float32 and with its linear
+layers quantized to int8 (``--quantize int8``); our eager PyTorch model on the
 ``kernel`` backend; and HF's eager ``LongformerForQuestionAnswering`` holding the same
 weights (the ``export-hf`` mapping). Each measurement runs in its own process; beside the
 median time it reports the memory the forward adds to the loaded model (the process's peak
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import shutil
 import time
 from pathlib import Path
 
@@ -22,13 +24,16 @@ from tqdm import tqdm
 
 from ..export.hf import export_longformer
 from ..export.onnx import trace
+from ..export.onnx_quantize import quantize_file
 from ..export.onnx_served import INPUTS, Head, ServedModel
 from . import int_list, write_results
 from .finetune import VOCAB, build_ours
 from .measure import median_time, run_isolated
 
-KINDS = {"onnxruntime": "onnxruntime (export-onnx's file)", "ours": "ours, eager (kernel backend)",
-         "hf": "HF LongformerModel, eager"}  # fmt: skip
+KINDS = {"onnxruntime": "onnxruntime (export-onnx's file)",
+         "onnxruntime-int8": "onnxruntime, int8 linear layers (export-onnx --quantize int8)",
+         "ours": "ours, eager (kernel backend)", "hf": "HF LongformerModel, eager"}  # fmt: skip
+INT8_FILE = "model.int8.onnx"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,9 +64,11 @@ def forward_measurement(kind: str, path: str, length: int, window: int, layers: 
     """Median seconds of one forward of ``kind`` at ``length`` tokens, and the process's peak
     resident bytes (run in a child process)."""
     batch = _inputs(length)
-    if kind == "onnxruntime":
+    if kind.startswith("onnxruntime"):
         import onnxruntime
 
+        if kind == "onnxruntime-int8":
+            path = str(Path(path).with_name(INT8_FILE))
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = ort_threads
         session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -115,6 +122,8 @@ def main(args: argparse.Namespace) -> int:
     trace(_model(args.window, args.layers, max_length), max_length).save(str(path))
     export_s = time.perf_counter() - start
     print(f"exported a base-shaped QA model ({max_length} positions) in {export_s:.1f} s: {path}")
+    shutil.copyfile(path, path.with_name(INT8_FILE))
+    quantize_file(path.with_name(INT8_FILE))
     rows = {}
     jobs = [(length, kind) for length in args.seq_lens for kind in KINDS]
     for length, kind in tqdm(jobs, desc="bench onnx", unit="run"):
@@ -127,18 +136,20 @@ def main(args: argparse.Namespace) -> int:
         f"one forward, batch 1, one global token: {args.layers or 12} layers x 768, window {args.window} a side; "
         f"CPU, float32, {args.threads} thread(s); GiB: the peak resident memory the forward adds to the loaded model"
     )
-    print(f"{'tokens':>7} " + " ".join(f"{kind:>24}" for kind in KINDS) + f" {'ORT/ours':>9} {'HF/ORT':>7}")
+    ratio_names = f" {'ORT/ours':>9} {'int8/ours':>9} {'HF/ORT':>7}"
+    print(f"{'tokens':>7} " + " ".join(f"{kind:>24}" for kind in KINDS) + ratio_names)
     for length, row in rows.items():
         cells = [
             f"{r['error'][:24]:>24}" if "error" in r else f"{r['ms']:>9.0f} ms {r['forward_gib']:>6.2f} GiB"
             for r in (row[kind] for kind in KINDS)
         ]
-        ratios = ["", ""]
+        ratios = ["", "", ""]
         if not any("error" in r for r in row.values()):
             row["ort_over_ours"] = row["onnxruntime"]["ms"] / row["ours"]["ms"]
+            row["int8_over_ours"] = row["onnxruntime-int8"]["ms"] / row["ours"]["ms"]
             row["hf_over_ort"] = row["hf"]["ms"] / row["onnxruntime"]["ms"]
-            ratios = [f"{row['ort_over_ours']:.2f}", f"{row['hf_over_ort']:.2f}"]
-        print(f"{length:>7} " + " ".join(cells) + f" {ratios[0]:>9} {ratios[1]:>7}")
+            ratios = [f"{row[key]:.2f}" for key in ("ort_over_ours", "int8_over_ours", "hf_over_ort")]
+        print(f"{length:>7} " + " ".join(cells) + f" {ratios[0]:>9} {ratios[1]:>9} {ratios[2]:>7}")
     print("targets: ORT faster than HF at 4096 (HF/ORT > 1), within 1.5x of ours (ORT/ours <= 1.5)")
     settings = {k: str(v) for k, v in vars(args).items() if not k.startswith("_")}
     write_results(args.out, {"export_s": export_s, "rows": rows, "settings": settings, "kinds": KINDS})

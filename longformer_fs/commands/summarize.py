@@ -5,17 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
-from data_prep.fairseq_dataset import PrepError
-from data_prep.pdf_papers import PdfError, read_paper
+from data_prep.summarize_inputs import read_documents
 
 from ..checkpoint import Checkpoint
-from ..conventions import jsonl_records
 from ..evaluation.rouge import rouge_scores
 from ..evaluation.summarization import (
     GenerationSettings,
@@ -27,42 +23,6 @@ from .options import add_device_argument
 from .subword_options import add_subword_arguments, subword_spec
 
 DEFAULTS = GenerationSettings()
-
-
-@dataclass
-class Document:
-    id: str
-    text: str
-
-
-def read_documents(paths: Iterable[Path], text_field: str = "text") -> Iterator[Document]:
-    """Documents from ``.txt`` files (one each), ``.jsonl`` lines (``text_field``; an ``id``
-    field names them) and ``.pdf`` papers (their body, without the abstract)."""
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise FileNotFoundError(f"input: {path} does not exist")
-        suffix = path.suffix.lower()
-        if suffix == ".pdf":
-            try:
-                paper = read_paper(path)
-            except PdfError as err:
-                raise PrepError(f"input: {path}: {err}") from None
-            yield Document(str(path), paper.body or paper.abstract or "")
-        elif suffix == ".jsonl":
-            for origin, record, problem in jsonl_records(path):
-                if problem:
-                    raise PrepError(f"input: {origin}: {problem}")
-                text = record.get(text_field) if isinstance(record, dict) else None
-                if isinstance(text, list):
-                    text = " ".join(map(str, text))
-                if not isinstance(text, str):
-                    raise PrepError(f"input: {origin}: no string field {text_field!r} (see --text-field)")
-                yield Document(str(record.get("id", origin)), text)
-        else:
-            try:
-                yield Document(str(path), path.read_text(encoding="utf-8"))
-            except UnicodeDecodeError as err:
-                raise PrepError(f"input: {path} is not UTF-8 text (byte {err.start})") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

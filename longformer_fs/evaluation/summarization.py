@@ -9,39 +9,17 @@ source positions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
 
-from ..conventions import BOS, EOS, PAD, split_sentences
+from ..conventions import BOS, EOS, PAD
+from ..serving.beam_search import GenerationSettings
+from ..serving.summarizer import to_text
 
-
-@dataclass(frozen=True)
-class GenerationSettings:
-    """Beam search settings; the defaults are the ones people use with LED.
-
-    Attributes:
-        beam: beam size.
-        lenpen: length penalty (> 1 favours longer summaries).
-        no_repeat_ngram_size: no n-gram of this size twice in a summary (0: off).
-        min_len, max_len: summary length in tokens.
-    """
-
-    beam: int = 4
-    lenpen: float = 2.0
-    no_repeat_ngram_size: int = 3
-    min_len: int = 20
-    max_len: int = 512
-
-    def check(self) -> None:
-        if self.beam < 1 or self.min_len < 0 or self.max_len < max(1, self.min_len) or self.no_repeat_ngram_size < 0:
-            raise ValueError(
-                f"generation: need beam >= 1, 0 <= min_len <= max_len, max_len >= 1, "
-                f"no_repeat_ngram_size >= 0; got {self}"
-            )
+__all__ = ["GenerationSettings", "generate", "source_tokens", "to_text"]
 
 
 def source_tokens(ids, max_positions: int) -> torch.Tensor:
@@ -82,12 +60,3 @@ def generate(
         for index, hypos in zip(batch, hypotheses, strict=True):
             results[index] = [int(t) for t in hypos[0]["tokens"] if int(t) != EOS]
     return [results[i] for i in range(len(sources))]
-
-
-def to_text(ids: list[int], encoder) -> str:
-    """A summary's text, one sentence per line (ROUGE-Lsum's convention).
-
-    ``encoder`` turns model ids back into text: ``encoder.decode(ids) -> str``, as
-    ``longformer_fs.tokenization``'s encoders do.
-    """
-    return "\n".join(split_sentences(encoder.decode(ids).strip()))

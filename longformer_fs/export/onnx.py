@@ -27,6 +27,7 @@ from ..checkpoint import Checkpoint, Kind
 from ..heads import HEADS, Head
 from ..output import guarded_file
 from .onnx_band import TRANSLATIONS
+from .onnx_quantize import QUANTIZATIONS, float_copy, quantize_file, top1_agreement
 from .onnx_served import INPUTS, ServedModel
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -46,7 +47,7 @@ def served_head(checkpoint: Checkpoint) -> Head:
     if checkpoint.kind is not Kind.ENCODER:
         raise OnnxExportError(
             f"checkpoint: {checkpoint.path} is a {checkpoint.name!r} model; export-onnx takes longformer_roberta "
-            f"checkpoints ({served})"
+            f"checkpoints ({served}) and led checkpoints"
         )
     try:
         head = checkpoint.head
@@ -69,9 +70,10 @@ class Exported:
     window: list[int]
 
 
-def load_served(checkpoint: Path) -> Exported:
+def load_served(checkpoint: Path | Checkpoint) -> Exported:
     """The checkpoint's model as the graph serves it, on CPU in float32."""
-    checkpoint = Checkpoint.read(checkpoint)
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint.read(checkpoint)
     head = served_head(checkpoint)
     model, _ = checkpoint.load("cpu")
     served = ServedModel(model, head).eval()
@@ -86,9 +88,19 @@ def load_served(checkpoint: Path) -> Exported:
 
 
 def export_onnx(
-    checkpoint: Path, out: Path, dtype: str = "float32", opset: int = DEFAULT_OPSET, force: bool = False
+    checkpoint: Path,
+    out: Path,
+    dtype: str = "float32",
+    opset: int = DEFAULT_OPSET,
+    force: bool = False,
+    tokenizer: Path | None = None,
+    quantize: str | None = None,
 ) -> dict:
-    """Write ``checkpoint``'s model to the ONNX file ``out`` (:mod:`this module <.export>`).
+    """Write ``checkpoint``'s model to the ONNX file ``out`` (:mod:`this module <.export>`),
+    or, for an LED, the directory ``out`` (:mod:`.onnx_led`; ``tokenizer`` is where its
+    tokenizer comes from, by default the checkpoint's directory). ``quantize="int8"``
+    stores the linear layers' weights as int8 (:mod:`.onnx_quantize`); the self-check then
+    reports its agreement with the float32 file.
 
     Returns:
         The report: head, inputs and outputs, lengths served, the self-check's figures.
@@ -100,14 +112,35 @@ def export_onnx(
     """
     if dtype not in DTYPES:
         raise OnnxExportError(f"--dtype: {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise OnnxExportError(f"--quantize: {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    if quantize and dtype != "float32":
+        raise OnnxExportError(f"--quantize {quantize}: quantizes float32 weights; leave --dtype at float32")
+    ours = Checkpoint.read(checkpoint)
+    if ours.kind is Kind.LED:
+        from .onnx_led import export_led_onnx
+
+        if dtype != "float32":
+            raise OnnxExportError(f"--dtype {dtype}: an LED exports in float32 only")
+        try:
+            return export_led_onnx(ours, Path(out), opset, force, tokenizer, quantize)
+        except ValueError as err:
+            raise OnnxExportError(str(err)) from None
     with guarded_file(out, force) as staged:
         start = time.perf_counter()
-        exported = load_served(checkpoint)
+        exported = load_served(ours)
         # The float32 model is the self-check's reference; a float16 export traces a copy.
         served = exported.served if dtype == "float32" else copy.deepcopy(exported.served).to(DTYPES[dtype])
         trace(served, exported.max_length, opset).save(str(staged))
         seconds = time.perf_counter() - start
         check = self_check(staged, exported.served, exported.max_length, exported.window, TOLERANCE[dtype])
+        if quantize:
+            outputs = list(exported.head.spec.onnx_outputs)
+            batches = [example_inputs(exported.served, 2, n, pattern, padded=True, seed=n)
+                       for n in check["lengths"] for pattern in check["patterns"]]  # fmt: skip
+            with float_copy(staged) as reference:
+                quantize_file(staged)
+                check["int8"] = top1_agreement(reference, staged, batches, outputs)
     return {
         "checkpoint": str(checkpoint),
         "output": str(out),
@@ -115,6 +148,7 @@ def export_onnx(
         "inputs": list(INPUTS),
         "outputs": list(exported.head.spec.onnx_outputs),
         "dtype": dtype,
+        "quantize": quantize,
         "opset": opset,
         "max_length": exported.max_length,
         "export_seconds": round(seconds, 1),
@@ -128,7 +162,7 @@ def trace(served: ServedModel, max_length: int, opset: int = DEFAULT_OPSET):
     batch = torch.export.Dim("batch", min=1, max=4096)
     length = torch.export.Dim("length", min=1, max=max_length)
     example = example_inputs(served, batch=2, length=min(max_length, 50), pattern="some", padded=True)
-    with _quiet_exporter():
+    with quiet_exporter():
         return torch.onnx.export(
             served,
             tuple(torch.from_numpy(example[name]) for name in INPUTS),
@@ -143,7 +177,7 @@ def trace(served: ServedModel, max_length: int, opset: int = DEFAULT_OPSET):
 
 
 @contextlib.contextmanager
-def _quiet_exporter():
+def quiet_exporter():
     """torch's exporter warns of what does not concern a user here (torchvision's ops it
     skips, axis names it merges, the per-batch global masks the layers hold): the command's
     output stays its own."""

@@ -14,8 +14,9 @@ Outputs: ``logits`` ``(batch, length, vocab)`` for the masked-LM head, ``logits`
 ``(batch, length)`` for the QA span head.
 
 fairseq's encoder asks the data whether a batch has padding (``bool(mask.any())``), which
-an exported graph cannot; :meth:`ServedModel.features` runs the same modules without that
-question, passing the padding mask always (an all-False mask changes nothing).
+an exported graph cannot; :func:`encoder_features` runs the same modules without that
+question, passing the padding mask always (an all-False mask changes nothing). The LED's
+encoder file (:mod:`.onnx_led`) is the same function over BART's encoder.
 """
 
 from __future__ import annotations
@@ -26,6 +27,34 @@ import torch.nn as nn
 from ..heads import QA_HEAD, Head
 
 INPUTS = ("input_ids", "attention_mask", "global_attention_mask")
+
+
+def encoder_features(encoder, input_ids, attention_mask, global_attention_mask) -> torch.Tensor:
+    """``(B, T, C)`` features of the last layer of ``encoder`` (a
+    :class:`~longformer_fs.models.longformer_encoder.LongformerTransformerEncoder` on the
+    ``kernel`` backend) for int64 ``(B, T)`` inputs named as :data:`INPUTS`."""
+    pad = attention_mask == 0
+    tokens = input_ids.masked_fill(pad, encoder.padding_idx)
+    glob = global_attention_mask != 0
+    configured = encoder.global_mask(tokens)
+    if configured is not None:
+        glob = glob | configured
+    for attention in encoder.attention_modules():
+        attention.set_global_mask(glob & ~pad)
+    x, _ = encoder.forward_embedding(tokens)
+    x = x.masked_fill(pad.unsqueeze(-1), 0.0).transpose(0, 1)
+    for layer in encoder.layers:
+        x = layer(x, encoder_padding_mask=pad)
+    if encoder.layer_norm is not None:
+        x = encoder.layer_norm(x)
+    return x.transpose(0, 1)
+
+
+def use_kernel_backend(encoder) -> None:
+    """Put every attention of ``encoder`` on the ``kernel`` backend, whose op the ONNX
+    lowering (:mod:`.onnx_band`) knows."""
+    for attention in encoder.attention_modules():
+        attention.backend = "kernel"
 
 
 class ServedModel(nn.Module):
@@ -41,30 +70,10 @@ class ServedModel(nn.Module):
         super().__init__()
         self.model, self.head = model, head
         self.encoder = model.encoder.sentence_encoder
-        for attention in self.encoder.attention_modules():
-            attention.backend = "kernel"
-
-    def features(self, input_ids, attention_mask, global_attention_mask) -> torch.Tensor:
-        """``(B, T, C)`` features of the last layer."""
-        encoder = self.encoder
-        pad = attention_mask == 0
-        tokens = input_ids.masked_fill(pad, encoder.padding_idx)
-        glob = global_attention_mask != 0
-        configured = encoder.global_mask(tokens)
-        if configured is not None:
-            glob = glob | configured
-        for attention in encoder.attention_modules():
-            attention.set_global_mask(glob & ~pad)
-        x, _ = encoder.forward_embedding(tokens)
-        x = x.masked_fill(pad.unsqueeze(-1), 0.0).transpose(0, 1)
-        for layer in encoder.layers:
-            x = layer(x, encoder_padding_mask=pad)
-        if encoder.layer_norm is not None:
-            x = encoder.layer_norm(x)
-        return x.transpose(0, 1)
+        use_kernel_backend(self.encoder)
 
     def forward(self, input_ids, attention_mask, global_attention_mask):
-        features = self.features(input_ids, attention_mask, global_attention_mask)
+        features = encoder_features(self.encoder, input_ids, attention_mask, global_attention_mask)
         if self.head.kind == "masked_lm":
             return self.model.encoder.output_layer(features)
         if self.head.kind == "classification":

@@ -1,0 +1,46 @@
+"""``longformer-fs summarize-onnx``: summaries from an LED that export-onnx wrote, in onnxruntime.
+
+Imports neither torch nor fairseq (the command line imports a subcommand's module only when
+it runs), so it serves on a host that has onnxruntime, numpy and ``tokenizers`` alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from data_prep.summarize_inputs import read_documents
+
+from ..serving.beam_search import GenerationSettings
+from ..serving.summarizer import CONFIG_KEYS, OnnxSummarizer
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Summarize .txt, .jsonl and .pdf documents with an LED that export-onnx wrote (a directory), in "
+        "onnxruntime, without torch. Prints JSONL {id, summary}, one sentence a line in each summary, as "
+        "summarize does, with the same beam search (fairseq's rules). The settings default to those the "
+        "export recorded in generation_config.json (summarize's: beam 4, length penalty 2.0, no repeated "
+        "3-gram, 20 to 512 tokens)."
+    )
+    parser.add_argument("model", type=Path, help="the directory export-onnx wrote for an led checkpoint")
+    parser.add_argument("inputs", type=Path, nargs="+", help=".txt, .jsonl or .pdf files")
+    parser.add_argument("--text-field", default="text", help="the JSONL field holding a document")
+    generation = parser.add_argument_group("generation (default: the export's generation_config.json)")
+    for field in dataclasses.fields(GenerationSettings):
+        generation.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=None,
+                                help=f"its {CONFIG_KEYS[field.name]}")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=None, help="onnxruntime's threads (default: its choice)")
+
+
+def main(args: argparse.Namespace) -> int:
+    summarizer = OnnxSummarizer(args.model, args.threads)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(GenerationSettings)}
+    settings = dataclasses.replace(summarizer.settings, **{k: v for k, v in given.items() if v is not None})
+    settings.check()
+    for document in read_documents(args.inputs, args.text_field):
+        summary = summarizer.summarize(document.text, settings)
+        print(json.dumps({"id": document.id, "summary": summary}, ensure_ascii=False), flush=True)
+    return 0

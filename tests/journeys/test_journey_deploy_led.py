@@ -1,0 +1,232 @@
+"""docs/deploy.md's LED journey: a released LED as the hub serves it, imported, exported to
+ONNX (optimum's three seq2seq files), and summarizing a document without torch.
+
+The model is built by transformers itself (conftest.led_hub: HF's LEDForConditionalGeneration
+at toy width, weights moved far from their initialisation). Oracles: HF's own PyTorch LED for
+the files' values, and fairseq's SequenceGenerator (through ``longformer-fs summarize``) for
+the torch-free summarizer's beam search.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from helpers import ROOT, fails, ok
+from journey import Journey, Workspace
+
+JOURNEY = Journey("deploy-led")
+HUB = "led-large-16384"
+
+TOL = 1e-4  # of the largest value, float32
+KV = ("key", "value")
+DOCUMENTS = [
+    "The committee met on Tuesday to review the budget. Several members asked for more time to read the report, "
+    "and the chair agreed to postpone the vote until next month. " * 6,
+    "Rain fell across the valley for three days, and the river rose above its banks near the old mill. "
+    "Farmers moved their animals to higher ground while volunteers filled sandbags. " * 9,
+]
+
+
+def with_competing_end(led_hub, out, strength: float = 9.0) -> None:
+    """led_hub's LED saved in ``out`` with ``</s>``'s row turned along the decoder's mean
+    final state, so that summaries end at different lengths once ``min_len`` allows (the
+    scaled random model would always run to ``max_len``): the length penalty and the
+    search's finishing rules then decide the summary, and the comparison with fairseq's
+    search tests them. (Checked: a length penalty of 1 in place of 2.0, or no n-gram blocking, in
+    :mod:`longformer_fs.serving.beam_search` fails both summary tests.)"""
+    from transformers import AutoTokenizer, LEDForConditionalGeneration
+
+    model = LEDForConditionalGeneration.from_pretrained(led_hub).eval()
+    ids = AutoTokenizer.from_pretrained(led_hub)(DOCUMENTS[0], return_tensors="pt").input_ids
+    glob = torch.zeros_like(ids)
+    glob[:, 0] = 1
+    with torch.no_grad():
+        target = torch.randint(4, model.config.vocab_size - 1, (1, 40), generator=torch.Generator().manual_seed(0))
+        states = model(input_ids=ids, global_attention_mask=glob, decoder_input_ids=target,
+                       output_hidden_states=True).decoder_hidden_states[-1][0]  # fmt: skip
+        mean = states.mean(0)
+        model.led.shared.weight[model.config.eos_token_id] = strength * mean / mean.norm() ** 2
+    model.save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(led_hub / name, out / name)
+
+
+@pytest.fixture(scope="module")
+def exported(led_hub, tmp_path_factory):
+    """The page's journey run as written: ``(HF model, our checkpoint, the export directory,
+    its report, what the summarizer printed)``."""
+    from transformers import LEDForConditionalGeneration
+
+    workspace = Workspace(tmp_path_factory.mktemp("deploy_led") / "checkout")
+    with_competing_end(led_hub, workspace.path(HUB))
+    workspace.path("paper.txt").write_text(DOCUMENTS[0])
+    logs = JOURNEY.run(workspace)
+    out = workspace.path("led-onnx")
+    report = json.loads((out / "export-onnx.json").read_text())
+    theirs = LEDForConditionalGeneration.from_pretrained(workspace.path(HUB)).eval()
+    return theirs, workspace.path("ckpt/led/model.pt"), out, report, logs[JOURNEY.steps[-1]]
+
+
+def test_the_page_summarizes_its_document_as_summarize_does(exported):
+    """The journey's summary (the page's defaults: summarize's beam search) equals
+    ``longformer-fs summarize``'s, fairseq's beam search over the PyTorch model."""
+    _, checkpoint, out, _, printed = exported
+    paper = out.parent / "paper.txt"
+    (ours,) = [json.loads(line) for line in printed.strip().splitlines()]
+    (theirs,) = [json.loads(line) for line in ok("summarize", checkpoint, paper).splitlines()]
+    assert ours["id"] == "paper.txt" and ours["summary"] == theirs["summary"] and ours["summary"]
+
+
+def test_the_files_are_optimums_layout_and_checked_themselves(exported):
+    import onnxruntime
+
+    theirs, _, out, report, _ = exported
+    names = lambda path, kind: [x.name for x in getattr(onnxruntime.InferenceSession(str(out / path)), kind)()]  # noqa: E731
+    layers = theirs.config.decoder_layers
+
+    def caches(prefix, parts):
+        return [f"{prefix}.{i}.{p}.{kv}" for i in range(layers) for p in parts for kv in KV]
+
+    assert names("encoder_model.onnx", "get_inputs") == ["input_ids", "attention_mask", "global_attention_mask"]
+    assert names("encoder_model.onnx", "get_outputs") == ["last_hidden_state"]
+    assert names("decoder_model.onnx", "get_inputs") == ["input_ids", "encoder_hidden_states", "encoder_attention_mask"]
+    assert names("decoder_model.onnx", "get_outputs") == ["logits", *caches("present", ("decoder", "encoder"))]
+    assert names("decoder_with_past_model.onnx", "get_inputs") == [
+        "input_ids", "encoder_attention_mask", *caches("past_key_values", ("decoder", "encoder"))]  # fmt: skip
+    assert names("decoder_with_past_model.onnx", "get_outputs") == ["logits", *caches("present", ("decoder",))]
+    config = json.loads((out / "generation_config.json").read_text())
+    assert {k: config[k] for k in ("decoder_start_token_id", "eos_token_id", "pad_token_id", "num_beams")} == {
+        "decoder_start_token_id": theirs.config.decoder_start_token_id, "eos_token_id": theirs.config.eos_token_id,
+        "pad_token_id": theirs.config.pad_token_id, "num_beams": 4}  # fmt: skip
+    assert config["length_penalty"] == 2.0 and config["no_repeat_ngram_size"] == 3
+    assert config["max_source_positions"] == theirs.config.max_encoder_position_embeddings
+    greedy = report["self_check"]["greedy"]
+    assert len({c["source_tokens"] for c in greedy}) == 2 and all(c["summary_tokens"] >= 8 for c in greedy)
+
+
+@pytest.mark.parametrize("length", [7, 61])
+def test_the_files_equal_hfs_led_on_a_padded_batch(exported, length):
+    """Encoder states, the first step's logits and caches, and a later step's logits through
+    the caches, against HF's LED given the same ids (the first ``<s>`` global, as LED's
+    ``generate`` users pass it)."""
+    import onnxruntime
+
+    theirs, _, out, _, _ = exported
+    rng = np.random.default_rng(length)
+    ids = rng.integers(4, theirs.config.vocab_size - 1, size=(2, length))
+    ids[:, 0], ids[:, -1] = 0, 2
+    mask = np.ones_like(ids)
+    mask[1, length // 2 + 1 :] = 0
+    ids[mask == 0] = 1
+    glob = np.zeros_like(ids)
+    glob[:, 0] = 1
+    target = np.array([[2, 11, 12, 13], [2, 21, 22, 23]])
+    session = lambda name: onnxruntime.InferenceSession(str(out / name))  # noqa: E731
+    states = session("encoder_model.onnx").run(None, {"input_ids": ids, "attention_mask": mask,
+                                                      "global_attention_mask": np.zeros_like(ids)})[0]  # fmt: skip
+    first = session("decoder_model.onnx").run(None, {"input_ids": target[:, :3], "encoder_hidden_states": states,
+                                                     "encoder_attention_mask": mask})  # fmt: skip
+    layers = theirs.config.decoder_layers
+    names = [f"past_key_values.{i}.{p}.{kv}" for i in range(layers) for p in ("decoder", "encoder") for kv in KV]
+    past = dict(zip(names, first[1:], strict=True))
+    feed = {"input_ids": target[:, 3:], "encoder_attention_mask": mask, **past}
+    later = session("decoder_with_past_model.onnx").run(None, feed)
+    with torch.no_grad():
+        hf = theirs(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                    global_attention_mask=torch.from_numpy(glob), decoder_input_ids=torch.from_numpy(target),
+                    use_cache=True)  # fmt: skip
+    real = mask == 1
+    want_states = hf.encoder_last_hidden_state.numpy()
+    scale = lambda w: max(1.0, float(np.abs(w).max()))  # noqa: E731
+    assert np.abs(states[real] - want_states[real]).max() <= TOL * scale(want_states)
+    # HF's last row is <mask>, which the LED's dictionary (a translation task's) lacks.
+    logits = hf.logits.numpy()[..., : first[0].shape[-1]]
+    assert hf.logits.shape[-1] - logits.shape[-1] <= 1
+    assert np.abs(first[0] - logits[:, :3]).max() <= TOL * scale(logits)
+    assert np.abs(later[0] - logits[:, 3:]).max() <= TOL * scale(logits)
+    assert np.abs(logits).max() > 1 and (np.abs(np.diff(logits, axis=1)).max() > 0.1)  # not a flat fresh model
+    cache = hf.past_key_values  # HF's keys of layer 0's self-attention, (batch, heads, target, head dim)
+    self_keys = cache.self_attention_cache.layers[0].keys if hasattr(cache, "self_attention_cache") else cache[0][0]
+    assert np.abs(later[1] - self_keys.numpy()).max() <= TOL * scale(self_keys.numpy())
+
+
+TORCHLESS = textwrap.dedent(
+    """
+    import runpy, sys
+    class NoTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("torch", "fairseq", "transformers"):
+                raise ImportError(f"{name} is not installed here")
+    sys.meta_path.insert(0, NoTorch())
+    sys.argv = ["longformer-fs", "summarize-onnx", *sys.argv[1:]]
+    try:
+        runpy.run_module("longformer_fs.cli", run_name="__main__")
+    finally:
+        assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "fairseq")], "torch was imported"
+    """
+)
+
+
+def test_summaries_without_torch_equal_summarizes(exported, tmp_path):
+    """``summarize-onnx`` in an interpreter that cannot import torch against ``longformer-fs summarize``
+    (fairseq's beam search over the PyTorch model): the same summaries, beam 4, length
+    penalty 2.0, no repeated 3-gram, for a text file and a JSONL record."""
+    _, checkpoint, out, _, _ = exported
+    (tmp_path / "committee.txt").write_text(DOCUMENTS[0])
+    (tmp_path / "flood.jsonl").write_text(json.dumps({"id": "flood", "text": DOCUMENTS[1]}) + "\n")
+    inputs = [tmp_path / "committee.txt", tmp_path / "flood.jsonl"]
+    settings = ["--min-len", "5", "--max-len", "30"]
+    theirs = [json.loads(line) for line in ok("summarize", checkpoint, *inputs, *settings).splitlines()]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", TORCHLESS, out, *inputs, *settings], capture_output=True,
+                            text=True, env=env, cwd=tmp_path, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    ours = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["id"] for r in ours] == [str(inputs[0]), "flood"]
+    assert ours == theirs and all(r["summary"] for r in ours)
+
+
+def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported, tmp_path):
+    _, checkpoint, out, _, _ = exported
+    before = sorted(p.name for p in out.iterdir())
+    message = fails("export-onnx", checkpoint, "--out", tmp_path / "half", "--dtype", "float16")
+    assert "float32 only" in message and not (tmp_path / "half").exists()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    assert "--force" in fails("export-onnx", checkpoint, "--out", tmp_path / "other")
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == before
+    message = fails("export-onnx", checkpoint, "--out", tmp_path / "new", "--tokenizer", tmp_path / "other")
+    assert "--tokenizer" in message and not (tmp_path / "new").exists()
+
+
+def test_int8_files_hold_int8_weights_and_mostly_keep_the_greedy_summary(exported, tmp_path):
+    """What ``--quantize int8`` does after an LED's float32 self-check, on a copy of the
+    journey's files: every file holds int8 matrices and is smaller, the summarizer still
+    serves them, and the agreement with the float32 files is measured (HF's float32 greedy
+    summary is the reference for both)."""
+    from longformer_fs.export.onnx_led import CHECK_SETTINGS, greedy_agreement
+    from longformer_fs.export.onnx_quantize import int8_matrices, quantize_file
+    from longformer_fs.serving.summarizer import OnnxSummarizer
+
+    theirs, _, out, _, _ = exported
+    shutil.copytree(out, tmp_path / "int8")
+    files = ["encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"]
+    for name in files:
+        quantize_file(tmp_path / "int8" / name)
+        assert int8_matrices(tmp_path / "int8" / name) >= 4
+        assert (tmp_path / "int8" / name).stat().st_size < 0.6 * (out / name).stat().st_size
+    source = [0, *np.random.default_rng(1).integers(4, theirs.config.vocab_size - 1, size=70).tolist(), 2]
+    with torch.no_grad():
+        hf = theirs.generate(torch.tensor([source]), global_attention_mask=torch.tensor([[1] + [0] * 71]),
+                             num_beams=1, do_sample=False, min_length=CHECK_SETTINGS.min_len + 1,
+                             max_length=CHECK_SETTINGS.max_len + 1, no_repeat_ngram_size=0)[0].tolist()  # fmt: skip
+    float32, int8 = OnnxSummarizer(out), OnnxSummarizer(tmp_path / "int8")
+    assert [2, *float32.generate(source, CHECK_SETTINGS), 2][: len(hf)] == hf  # HF starts from </s> as fairseq
+    agreement = greedy_agreement(float32, int8, [source])["greedy_tokens"]
+    assert 0.5 <= agreement <= 1.0, agreement
