@@ -42,15 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_out/led"), help="directory for results.json")
 
 
-def build(
+def build_args(
     kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None,
     checkpoint_activations: bool = False,
-):  # fmt: skip
-    """An untrained ``led_base``- or ``bart_base``-shaped model for these lengths (with
-    ``checkpoint_activations``, its layers recompute their activations in the backward)."""
-    dictionary = Dictionary()
-    for i in range(VOCAB - len(dictionary)):
-        dictionary.add_symbol(str(i))
+) -> argparse.Namespace:  # fmt: skip
+    """The settings of :func:`build`'s model, its architecture's defaults filled in."""
     args = argparse.Namespace(
         max_source_positions=source_len,
         max_target_positions=target_len,
@@ -66,12 +62,22 @@ def build(
         args.encoder_embed_dim = args.decoder_embed_dim = width
         args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 4 * width
         args.encoder_attention_heads = args.decoder_attention_heads = max(1, width // 64)
+    (led_base_architecture if kind == "led" else bart_base_architecture)(args)
+    return args
+
+
+def build(
+    kind: str, source_len: int, target_len: int, window: int, layers: int | None, width: int | None,
+    checkpoint_activations: bool = False,
+):  # fmt: skip
+    """An untrained ``led_base``- or ``bart_base``-shaped model for these lengths (with
+    ``checkpoint_activations``, its layers recompute their activations in the backward)."""
+    dictionary = Dictionary()
+    for i in range(VOCAB - len(dictionary)):
+        dictionary.add_symbol(str(i))
+    args = build_args(kind, source_len, target_len, window, layers, width, checkpoint_activations)
     task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary, cfg=None)
-    if kind == "led":
-        led_base_architecture(args)
-        return LEDModel.build_model(args, task)
-    bart_base_architecture(args)
-    return BARTModel.build_model(args, task)
+    return (LEDModel if kind == "led" else BARTModel).build_model(args, task)
 
 
 def document(source_len: int) -> torch.Tensor:

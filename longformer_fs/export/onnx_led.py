@@ -252,11 +252,6 @@ def greedy_agreement(reference: OnnxSummarizer, quantized: OnnxSummarizer, sourc
     return {"greedy_tokens": round(same / max(1, total), 4)}
 
 
-def tokenizer_source(checkpoint: Checkpoint, tokenizer: Path | None) -> Path:
-    """Where the tokenizer comes from: ``tokenizer``, else the checkpoint's directory."""
-    return Path(tokenizer) if tokenizer is not None else checkpoint.path.parent
-
-
 def export_led_onnx(checkpoint: Checkpoint, out_dir: Path, opset: int, force: bool,
                     tokenizer: Path | None = None, quantize: str | None = None) -> dict:  # fmt: skip
     """Write ``checkpoint``'s LED into ``out_dir`` (:mod:`this module <.onnx_led>`); returns the report."""
@@ -275,7 +270,7 @@ def export_led_onnx(checkpoint: Checkpoint, out_dir: Path, opset: int, force: bo
         "source_files": source_files(checkpoint.path),
     }  # fmt: skip
     with guarded_output(out_dir, COMMAND, report, force) as staging:
-        source = tokenizer_source(checkpoint, tokenizer)
+        source = Path(tokenizer) if tokenizer is not None else checkpoint.path.parent
         try:
             report["tokenizer"] = write_hf_tokenizer(source, checkpoint.dictionary(), staging)
         except TokenizerError as err:
