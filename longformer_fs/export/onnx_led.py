@@ -274,7 +274,12 @@ def export_led_onnx(checkpoint: Checkpoint, out_dir: Path, opset: int, force: bo
         try:
             report["tokenizer"] = write_hf_tokenizer(source, checkpoint.dictionary(), staging)
         except TokenizerError as err:
-            raise ValueError(f"{err}; pass --tokenizer") from None
+            if tokenizer is not None:
+                raise ValueError(str(err)) from None
+            raise ValueError(
+                f"--tokenizer: no tokenizer beside {checkpoint.path} (import-hf leaves one there); give an HF "
+                "tokenizer directory, or the directory of BART's encoder.json and vocab.bpe"
+            ) from None
         (staging / GENERATION_CONFIG).write_text(json.dumps(generation_config(model, GenerationSettings()), indent=2))
         trace_led(model, staging, model.max_positions()[0], opset)
         report["export_seconds"] = round(time.perf_counter() - start, 1)

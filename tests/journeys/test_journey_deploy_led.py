@@ -203,6 +203,12 @@ def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported,
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == before
     message = fails("export-onnx", checkpoint, "--out", tmp_path / "new", "--tokenizer", tmp_path / "other")
     assert "--tokenizer" in message and not (tmp_path / "new").exists()
+    bare = tmp_path / "bare"  # a checkpoint without a tokenizer beside it (convert-bart's, a fine-tuned one)
+    bare.mkdir()
+    for name in ("model.pt", "dict.txt"):
+        shutil.copyfile(checkpoint.parent / name, bare / name)
+    message = fails("export-onnx", bare / "model.pt", "--out", tmp_path / "new")
+    assert "no tokenizer beside" in message and "encoder.json" in message and not (tmp_path / "new").exists()
 
 
 def test_int8_files_hold_int8_weights_and_mostly_keep_the_greedy_summary(exported, tmp_path):
