@@ -8,7 +8,9 @@ nothing, never over another model without ``--force``).
   direction (:mod:`longformer_fs.conversion.hf_layout`).
 - ONNX (``export-onnx``, ``docs/deploy.md``): :mod:`.onnx` traces, checks and writes the
   file; :mod:`.onnx_served` is the graph a file serves; :mod:`.onnx_band` lowers the band
-  attention op to ONNX operators.
+  attention op to ONNX operators; :mod:`.onnx_led` writes an LED as optimum's encoder and
+  decoder files (served by :mod:`longformer_fs.serving`); :mod:`.onnx_quantize` is
+  ``--quantize int8``.
 
 A new format is a module here over the same two: read the checkpoint with ``Checkpoint``,
 write with :func:`~longformer_fs.output.guarded_output` (a directory) or

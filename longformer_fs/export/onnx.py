@@ -7,7 +7,7 @@ the trace and becomes ONNX operators through :mod:`.onnx_band`; the global token
 size the graph computes at run time. torch's ONNX exporter writes the file. Before the
 file reaches ``--out`` it is run by onnxruntime against the PyTorch model on random
 inputs of several lengths, global patterns and padding (:func:`self_check`): a file that
-disagrees never lands.
+disagrees never lands. An ``led`` checkpoint goes to :mod:`.onnx_led` (three files).
 """
 
 from __future__ import annotations
