@@ -12,7 +12,9 @@
 - :func:`run_preparation`: run a preparation, timed, and print its report, with
   :func:`symbol_report` and :func:`dropped_report` where it has symbols or dropped inputs;
 - :func:`comma_triple`: an argument type for ``TRAIN,VALID,TEST`` numbers;
-- :func:`add_device_argument`: ``--device``, CUDA when there is one.
+- :func:`add_device_argument`: ``--device``, CUDA when there is one;
+- :func:`add_generation_arguments` and :func:`generation_settings`: the beam search flags
+  of ``summarize`` and ``summarize-onnx``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,32 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from ..serving.beam_search import GenerationSettings
+
 SPLIT_NAMES = ("train", "valid", "test")
+GENERATION_HELP = {"beam": "beam size", "lenpen": "length penalty",
+                   "no_repeat_ngram_size": "never repeat an n-gram of this size (0: off)",
+                   "min_len": "minimum summary tokens", "max_len": "maximum summary tokens"}  # fmt: skip
+
+
+def add_generation_arguments(parser: argparse.ArgumentParser, defaults: GenerationSettings | None,
+                             title: str = "generation") -> None:  # fmt: skip
+    """One flag per :class:`GenerationSettings` field (``--beam``, ``--lenpen``,
+    ``--no-repeat-ngram-size``, ``--min-len``, ``--max-len``), defaulting to ``defaults``'
+    values, or to None where the model brings its own (:func:`generation_settings`)."""
+    group = parser.add_argument_group(title)
+    for field in dataclasses.fields(GenerationSettings):
+        default = None if defaults is None else getattr(defaults, field.name)
+        group.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=default,
+                           help=GENERATION_HELP[field.name])  # fmt: skip
+
+
+def generation_settings(args: argparse.Namespace, base: GenerationSettings) -> GenerationSettings:
+    """``base`` with the generation flags given (a flag left None keeps ``base``'s value), checked."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(GenerationSettings)}
+    settings = dataclasses.replace(base, **{name: value for name, value in given.items() if value is not None})
+    settings.check()
+    return settings
 
 
 def config_from_args(config_type: type, args: argparse.Namespace, **given):

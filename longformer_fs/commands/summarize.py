@@ -19,7 +19,7 @@ from ..evaluation.summarization import (
     source_tokens,
     to_text,
 )
-from .options import add_device_argument
+from .options import add_device_argument, add_generation_arguments, generation_settings
 from .subword_options import add_subword_arguments, subword_spec
 
 DEFAULTS = GenerationSettings()
@@ -41,17 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-field", default="text", help="the JSONL field holding a document")
     parser.add_argument("--out", type=Path, default=None, help="write the summaries here (JSONL; default: print)")
     add_subword_arguments(parser, model="BART's")
-    generation = parser.add_argument_group("generation")
-    generation.add_argument("--beam", type=int, default=DEFAULTS.beam, help="beam size")
-    generation.add_argument("--lenpen", type=float, default=DEFAULTS.lenpen, help="length penalty")
-    generation.add_argument(
-        "--no-repeat-ngram-size",
-        type=int,
-        default=DEFAULTS.no_repeat_ngram_size,
-        help="never repeat an n-gram of this size (0: off)",
-    )
-    generation.add_argument("--min-len", type=int, default=DEFAULTS.min_len, help="minimum summary tokens")
-    generation.add_argument("--max-len", type=int, default=DEFAULTS.max_len, help="maximum summary tokens")
+    add_generation_arguments(parser, DEFAULTS)
     parser.add_argument("--batch-size", type=int, default=4, help="documents per beam search")
     add_device_argument(parser)
 
@@ -59,8 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if bool(args.inputs) == bool(args.data):
         raise ValueError("inputs: give document files, or --data DIR (a prep summarization directory), not both")
-    settings = GenerationSettings(args.beam, args.lenpen, args.no_repeat_ngram_size, args.min_len, args.max_len)
-    settings.check()
+    settings = generation_settings(args, DEFAULTS)
     checkpoint = Checkpoint.read(args.checkpoint)
     if args.dict is None:
         args.dict = checkpoint.dictionary(args.data)

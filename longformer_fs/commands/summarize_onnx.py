@@ -7,14 +7,13 @@ it runs), so it serves on a host that has onnxruntime, numpy and ``tokenizers`` 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
 from data_prep.summarize_inputs import read_documents
 
-from ..serving.beam_search import GenerationSettings
-from ..serving.summarizer import CONFIG_KEYS, OnnxSummarizer
+from ..serving.summarizer import OnnxSummarizer
+from .options import add_generation_arguments, generation_settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,18 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="the directory export-onnx wrote for an led checkpoint")
     parser.add_argument("inputs", type=Path, nargs="+", help=".txt, .jsonl or .pdf files")
     parser.add_argument("--text-field", default="text", help="the JSONL field holding a document")
-    generation = parser.add_argument_group("generation (default: the export's generation_config.json)")
-    for field in dataclasses.fields(GenerationSettings):
-        generation.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=None,
-                                help=f"its {CONFIG_KEYS[field.name]}")  # fmt: skip
+    add_generation_arguments(parser, None, "generation (default: the export's generation_config.json)")
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime's threads (default: its choice)")
 
 
 def main(args: argparse.Namespace) -> int:
     summarizer = OnnxSummarizer(args.model, args.threads)
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(GenerationSettings)}
-    settings = dataclasses.replace(summarizer.settings, **{k: v for k, v in given.items() if v is not None})
-    settings.check()
+    settings = generation_settings(args, summarizer.settings)
     for document in read_documents(args.inputs, args.text_field):
         summary = summarizer.summarize(document.text, settings)
         print(json.dumps({"id": document.id, "summary": summary}, ensure_ascii=False), flush=True)
