@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from data_prep.qa import prepared_format
@@ -20,6 +21,8 @@ from ..evaluation.qa import (
     score_split,
 )
 from ..evaluation.qa_metrics import NORMALIZATIONS
+from ..serving.spans import OnnxSpanModel
+from ..tasks.qa import QaConfig, QaTask
 from .options import add_device_argument, add_evaluation_arguments
 
 
@@ -35,7 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "without answers (TriviaQA's *-test-without-answers.json) is not scored: its answers are written to "
         "--official-predictions, the file to submit."
     )
-    add_evaluation_arguments(parser, "a checkpoint fine-tuned with --task longformer_qa", "the `prep qa` directory")
+    add_evaluation_arguments(
+        parser,
+        "a checkpoint fine-tuned with --task longformer_qa, or its export-onnx file (model.onnx, int8 files "
+        "included), which then runs in onnxruntime on the CPU: the scores of the file you serve",
+        "the `prep qa` directory",
+    )
     parser.add_argument(
         "--max-answer-tokens", type=int, default=None, help="the longest answer (default: the task's, 30)"
     )
@@ -69,7 +77,14 @@ def main(args: argparse.Namespace) -> int:
     if args.max_answer_tokens is not None and args.max_answer_tokens < 1:
         raise ValueError(f"--max-answer-tokens: {args.max_answer_tokens}; give at least 1")
     data_format = prepared_format(args.data)  # before the model runs: a directory prep qa did not finish fails here
-    model, task = load_model(args.checkpoint, args.data, args.device)
+    if args.checkpoint.suffix == ".onnx":
+        # The file knows its own longest input, and says so in one line past it.
+        model, task = (
+            OnnxSpanModel(args.checkpoint),
+            QaTask.setup_task(QaConfig(data=str(args.data), max_positions=sys.maxsize)),
+        )
+    else:
+        model, task = load_model(args.checkpoint, args.data, args.device)
     if not hasattr(task, "windows"):
         raise ValueError(f"{args.checkpoint}: trained with task {type(task).__name__}, not longformer_qa")
     task.load_dataset(args.split)

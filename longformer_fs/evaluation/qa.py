@@ -24,6 +24,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from ..serving.spans import OnnxSpanModel
 from .checkpoint import batches
 from .qa_metrics import NORMALIZATIONS, qa_scores
 from .qa_spans import SpanPrediction, best_span_over_windows
@@ -42,13 +43,23 @@ class WindowLogits:
     end: np.ndarray
 
 
+def _batch_logits(model, task, batch: dict) -> np.ndarray:
+    """``(B, T, 2)`` start and end logits of a batch, from a PyTorch model or an exported file."""
+    if isinstance(model, OnnxSpanModel):
+        tokens = batch["net_input"]["src_tokens"]
+        masks = tokens != task.dictionary.pad(), batch["net_input"]["global_attention_mask"]
+        return model.logits(tokens.cpu().numpy(), *(m.long().cpu().numpy() for m in masks))
+    return task.model_outputs(model, batch).cpu().numpy()
+
+
 def window_logits(
     model, task, split: str, batch_size: int = 8, device: str | torch.device = "cpu", progress: bool = True
 ) -> Iterator[WindowLogits]:
-    """Every window of ``split`` through the model, in file order, ``batch_size`` at a time."""
+    """Every window of ``split`` through the model (a ``longformer_qa`` model, or its
+    :class:`~longformer_fs.serving.spans.OnnxSpanModel`), in file order, ``batch_size`` at a time."""
     dataset = task.dataset(split)
     for samples, batch in batches(dataset, batch_size, device, f"qa {split}", "window", progress):
-        logits = task.model_outputs(model, batch).cpu().numpy()
+        logits = _batch_logits(model, task, batch)
         for row, sample in enumerate(samples):
             n = dataset.num_tokens(sample["id"])
             yield WindowLogits(sample["id"], logits[row, :n, 0], logits[row, :n, 1])

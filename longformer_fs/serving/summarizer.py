@@ -22,6 +22,7 @@ import numpy as np
 
 from ..conventions import split_sentences
 from .beam_search import GenerationSettings, beam_search
+from .sessions import cpu_session
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILE = "decoder_model.onnx"
@@ -52,7 +53,6 @@ class OnnxSummarizer:
     """
 
     def __init__(self, directory: Path, threads: int | None = None):
-        import onnxruntime
         from tokenizers import Tokenizer
 
         directory = Path(directory)
@@ -61,14 +61,9 @@ class OnnxSummarizer:
         if missing:
             raise FileNotFoundError(f"model: {directory} lacks {', '.join(missing)} (write it with export-onnx)")
         self.config = json.loads((directory / GENERATION_CONFIG).read_text())
-        options = onnxruntime.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        session = lambda name: onnxruntime.InferenceSession(  # noqa: E731
-            str(directory / name), options, providers=["CPUExecutionProvider"]
+        self.encoder, self.decoder, self.decoder_with_past = (
+            cpu_session(directory / name, threads) for name in (ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE)
         )
-        self.encoder, self.decoder = session(ENCODER_FILE), session(DECODER_FILE)
-        self.decoder_with_past = session(DECODER_WITH_PAST_FILE)
         self.tokenizer = Tokenizer.from_file(str(directory / TOKENIZER_FILE))
         self.layers = int(self.config["decoder_layers"])
 

@@ -253,6 +253,25 @@ def test_qa_long_documents_beat_truncated_windows(work, qa):
     assert right and all(p[0] == "Z" for p in right)
 
 
+def test_the_int8_file_scores_the_miniature_as_the_model_does(work, qa, tmp_path):
+    """export-onnx --quantize int8 of the fine-tuned QA model, scored by eval-qa on the file
+    itself (onnxruntime, no PyTorch model): its F1 against the PyTorch model's on the same
+    split, and the share of questions answered alike: int8's accuracy cost where we have a
+    task (100 against 100 when written). The miniature's answers are one token and do not
+    need the question to be global (fed no global tokens, the file answers alike: checked
+    by hand), so spans and global patterns are checked against HF in test_export_onnx."""
+    tmp = work["tmp"]
+    checkpoint = tmp / "qa_model" / "checkpoint_best.pt"
+    ok("export-onnx", checkpoint, "--out", tmp_path / "qa8.onnx", "--quantize", "int8")
+    model = eval_qa(checkpoint, tmp / "qa", "--predictions", tmp_path / "model.json")
+    int8 = eval_qa(tmp_path / "qa8.onnx", tmp / "qa", "--predictions", tmp_path / "int8.json")
+    RESULTS["QA F1 (per question): the same model's int8 ONNX file, eval-qa on it"] = int8["questions"]["f1"]
+    answers, answers8 = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("model", "int8"))
+    assert answers.keys() == answers8.keys()
+    alike = sum(answers[k] == answers8[k] for k in answers) / len(answers)
+    assert alike >= 0.9 and int8["questions"]["f1"] >= model["questions"]["f1"] - 5, (alike, int8, model)
+
+
 def test_the_hub_answers_as_eval_qa_does(work, qa, tmp_path):
     """longformer_fs.from_pretrained on fairseq-train's checkpoint (its dictionary and
     tokenizer found through the data it names): hub.answer(question, page) is eval-qa's
