@@ -29,8 +29,6 @@ Dilated heads and the relative-position term are not lowered yet: such a model i
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from onnxscript import BOOL, FLOAT, INT64, ir, script
 from onnxscript import opset18 as op
@@ -87,10 +85,13 @@ def band_forward(q, k, v, key_ok, pos_query, table, dilations, window, causal, s
     in_band = op.And(op.GreaterOrEqual(offset, op.Constant(value_int=0)),
                      op.LessOrEqual(offset, op.Constant(value_int=w if causal else 2 * w)))  # fmt: skip
 
+    # One ONNX function serves every layer: what differs between layers (the window, the
+    # scale) reaches it as inputs, never as constants baked into a function of one name.
     per_chunk = max(1, CHUNK_ROWS // w)
     chunks = op.Squeeze(op.Div(op.Add(blocks, _ints(per_chunk - 1)), _ints(per_chunk)))
-    out, lse = _chunked_band(per_chunk, float(scale))(
-        query_blocks, padded_k, padded_v, padded_ok, span, in_band, chunks
+    scaled = op.Mul(query_blocks, op.Constant(value_float=float(scale)))
+    out, lse = chunked_band(
+        scaled, padded_k, padded_v, padded_ok, span, in_band, chunks, _ints(per_chunk)
     )  # (B, H, n, w, D), (B, H, n, w, 1)
     rows = op.Mul(blocks, width)
     out = op.Slice(op.Reshape(out, op.Concat(batch, heads, rows, dim, axis=0)), zero, length, _ints(2))
@@ -104,52 +105,46 @@ def band_forward(q, k, v, key_ok, pos_query, table, dilations, window, causal, s
 CHUNK_ROWS = 1024
 
 
-@functools.cache
-def _chunked_band(per_chunk: int, scale: float):
-    """The band over blocks, ``per_chunk`` blocks a step: an ONNX function whose ``Loop``
-    concatenates each step's rows. Inputs as :func:`band_forward` prepares them; outputs
-    ``(B, H, n, w, D)`` and the log-sum-exp ``(B, H, n, w, 1)``."""
-
-    @script()
-    def chunked_band(
-        query_blocks: FLOAT,
-        keys: FLOAT,
-        values: FLOAT,
-        key_ok: BOOL,
-        span: INT64,
-        in_band: BOOL,
-        chunks: INT64,
-    ) -> tuple[FLOAT, FLOAT]:
-        blocks_axis, last = op.Constant(value_ints=[2]), op.Constant(value_ints=[-1])
-        out = op.Slice(query_blocks, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), blocks_axis)
-        lse = op.ReduceMax(out, last, keepdims=1)  # both empty: (B, H, 0, w, D) and (B, H, 0, w, 1)
-        for i in range(chunks):
-            first = op.Mul(op.Reshape(i, op.Constant(value_ints=[1])), op.Constant(value_ints=[per_chunk]))
-            stop = op.Add(first, op.Constant(value_ints=[per_chunk]))
-            step_span = op.Slice(span, first, stop, op.Constant(value_ints=[0]))  # (c, 3w)
-            key_blocks = op.Gather(keys, step_span, axis=2)  # (B, H, c, 3w, D)
-            value_blocks = op.Gather(values, step_span, axis=2)
-            scores = op.MatMul(
-                op.Slice(query_blocks, first, stop, blocks_axis), op.Transpose(key_blocks, perm=[0, 1, 2, 4, 3])
-            )
-            allowed = op.And(
-                op.Unsqueeze(op.Gather(key_ok, step_span, axis=1), op.Constant(value_ints=[1, 3])), in_band
-            )  # (B, 1, c, w, 3w)
-            scores = op.Where(
-                allowed, op.Mul(scores, op.Constant(value_float=scale)), op.Constant(value_float=float("-inf"))
-            )  # (B, H, c, w, 3w)
-            top = op.ReduceMax(scores, last, keepdims=1)
-            has_keys = op.Not(op.IsInf(top))
-            top = op.Where(has_keys, top, op.Constant(value_float=0.0))
-            weights = op.Exp(op.Sub(scores, top))
-            total = op.ReduceSum(weights, last, keepdims=1)
-            total = op.Where(op.Greater(total, op.Constant(value_float=0.0)), total, op.Constant(value_float=1.0))
-            out = op.Concat(out, op.MatMul(op.Div(weights, total), value_blocks), axis=2)
-            step_lse = op.Where(has_keys, op.Add(top, op.Log(total)), op.Constant(value_float=float("-inf")))
-            lse = op.Concat(lse, step_lse, axis=2)
-        return out, lse
-
-    return chunked_band
+@script()
+def chunked_band(
+    query_blocks: FLOAT,
+    keys: FLOAT,
+    values: FLOAT,
+    key_ok: BOOL,
+    span: INT64,
+    in_band: BOOL,
+    chunks: INT64,
+    per_chunk: INT64,
+) -> tuple[FLOAT, FLOAT]:
+    """The band over blocks of scaled queries, ``per_chunk`` (``(1,)``) blocks a step: a
+    ``Loop`` that concatenates each step's rows. Inputs as :func:`band_forward` prepares
+    them; outputs ``(B, H, n, w, D)`` and the log-sum-exp ``(B, H, n, w, 1)``."""
+    blocks_axis, last = op.Constant(value_ints=[2]), op.Constant(value_ints=[-1])
+    out = op.Slice(query_blocks, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), blocks_axis)
+    lse = op.ReduceMax(out, last, keepdims=1)  # both empty: (B, H, 0, w, D) and (B, H, 0, w, 1)
+    for i in range(chunks):
+        first = op.Mul(op.Reshape(i, op.Constant(value_ints=[1])), per_chunk)
+        stop = op.Add(first, per_chunk)
+        step_span = op.Slice(span, first, stop, op.Constant(value_ints=[0]))  # (c, 3w)
+        key_blocks = op.Gather(keys, step_span, axis=2)  # (B, H, c, 3w, D)
+        value_blocks = op.Gather(values, step_span, axis=2)
+        scores = op.MatMul(
+            op.Slice(query_blocks, first, stop, blocks_axis), op.Transpose(key_blocks, perm=[0, 1, 2, 4, 3])
+        )
+        allowed = op.And(
+            op.Unsqueeze(op.Gather(key_ok, step_span, axis=1), op.Constant(value_ints=[1, 3])), in_band
+        )  # (B, 1, c, w, 3w)
+        scores = op.Where(allowed, scores, op.Constant(value_float=float("-inf")))  # (B, H, c, w, 3w)
+        top = op.ReduceMax(scores, last, keepdims=1)
+        has_keys = op.Not(op.IsInf(top))
+        top = op.Where(has_keys, top, op.Constant(value_float=0.0))
+        weights = op.Exp(op.Sub(scores, top))
+        total = op.ReduceSum(weights, last, keepdims=1)
+        total = op.Where(op.Greater(total, op.Constant(value_float=0.0)), total, op.Constant(value_float=1.0))
+        out = op.Concat(out, op.MatMul(op.Div(weights, total), value_blocks), axis=2)
+        step_lse = op.Where(has_keys, op.Add(top, op.Log(total)), op.Constant(value_float=float("-inf")))
+        lse = op.Concat(lse, step_lse, axis=2)
+    return out, lse
 
 
 # For torch.onnx.export(..., custom_translation_table=TRANSLATIONS).
