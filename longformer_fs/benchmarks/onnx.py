@@ -78,13 +78,11 @@ def forward_measurement(kind: str, path: str, length: int, window: int, layers: 
     resident bytes (run in a child process)."""
     batch = _inputs(length)
     if kind.startswith("onnxruntime"):
-        import onnxruntime
+        from ..serving.sessions import cpu_session
 
         if kind == "onnxruntime-int8":
             path = str(Path(path).with_name(INT8_FILE))
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = ort_threads
-        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        session = cpu_session(path, ort_threads)
 
         def forward():
             session.run(None, batch)

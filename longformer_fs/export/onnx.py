@@ -26,6 +26,7 @@ import torch
 from ..checkpoint import Checkpoint, Kind
 from ..heads import HEADS, Head
 from ..output import guarded_file
+from ..serving.sessions import cpu_session
 from .onnx_band import TRANSLATIONS
 from .onnx_quantize import QUANTIZATIONS, float_copy, quantize_file, top1_agreement
 from .onnx_served import INPUTS, ServedModel
@@ -229,9 +230,7 @@ def self_check(path: Path, served: ServedModel, max_length: int, windows: list[i
     Raises:
         OnnxExportError: an output further than ``tolerance`` from PyTorch's, with the numbers.
     """
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = cpu_session(path)
     worst, lengths, patterns = 0.0, check_lengths(max_length, windows), ("none", "one", "some", "all")
     for length in lengths:
         for pattern in patterns:

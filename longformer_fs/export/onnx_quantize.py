@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..serving.sessions import cpu_session
+
 QUANTIZATIONS = ("int8",)
 
 
@@ -47,10 +49,7 @@ def top1_agreement(reference: Path, quantized: Path, batches: list[dict], output
     ``reference`` on ``batches``: the fraction of argmaxes over the last axis that agree
     (a token's prediction, a class, a span's start or end), and the largest difference
     relative to the largest reference value."""
-    import onnxruntime
-
-    cpu = ["CPUExecutionProvider"]
-    sessions = [onnxruntime.InferenceSession(str(p), providers=cpu) for p in (reference, quantized)]
+    sessions = [cpu_session(p) for p in (reference, quantized)]
     agree = {name: [0, 0, 0.0] for name in outputs}
     for batch in batches:
         for name, want, got in zip(outputs, *(s.run(None, batch) for s in sessions), strict=True):
