@@ -209,8 +209,10 @@ class LongformerSelfAttention(nn.Module):
         rows, _ = masked_attention(q_rows, k_all, v_all, allowed, self.scale, dropout_p)
 
         # Place each global row at its position: position t of a row takes its slot
-        # (the rank of t among the row's global tokens). A gather and a where, not a
-        # scatter: no data-dependent shapes, and each gradient goes to one place.
+        # (the rank of t among the row's global tokens). An index and a where, not a
+        # scatter: no data-dependent shapes, and each gradient goes to one place. Indexed
+        # by (batch, slot) pairs, not gathered by an index expanded to (B, H, T, D): an
+        # exported graph would hold that index as int64 (96 MiB at 16K tokens, base model).
         slot = (glob.long().cumsum(1) - 1).clamp(min=0)  # (B, T)
-        placed = rows.to(out.dtype).gather(2, slot[:, None, :, None].expand(-1, rows.shape[1], -1, rows.shape[3]))
+        placed = rows.to(out.dtype)[batch_idx, :, slot].transpose(1, 2)  # (B, T, H, D) -> (B, H, T, D)
         return torch.where(glob[:, None, :, None], placed, out)

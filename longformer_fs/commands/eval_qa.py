@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-answer-tokens", type=int, default=None, help="the longest answer (default: the task's, 30)"
     )
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass")
-    add_device_argument(parser)
+    add_device_argument(parser, help="where a checkpoint runs (default: cuda when there is one); an .onnx file "
+                        "always runs on the CPU")  # fmt: skip
     parser.add_argument(
         "--predictions",
         type=Path,

@@ -7,8 +7,9 @@ nothing, never over another model without ``--force``).
   head; :mod:`.hf_led` for ``led``. The weight-name tables are shared with the import
   direction (:mod:`longformer_fs.conversion.hf_layout`).
 - ONNX (``export-onnx``, ``docs/deploy.md``): :mod:`.onnx` traces, checks and writes the
-  file; :mod:`.onnx_served` is the graph a file serves; :mod:`.onnx_band` lowers the band
-  attention op to ONNX operators; :mod:`.onnx_led` writes an LED as optimum's encoder and
+  file; :mod:`.onnx_served` is the graph a file serves; :mod:`.onnx_translations` is what
+  the exporter writes our way: the band attention op (lowered by :mod:`.onnx_band`) and
+  a GELU onnxruntime fuses; :mod:`.onnx_led` writes an LED as optimum's encoder and
   decoder files (served by :mod:`longformer_fs.serving`); :mod:`.onnx_quantize` is
   ``--quantize int8``.
 

@@ -27,9 +27,9 @@ from ..checkpoint import Checkpoint, Kind
 from ..heads import HEADS, Head
 from ..output import guarded_file
 from ..serving.sessions import cpu_session
-from .onnx_band import TRANSLATIONS
 from .onnx_quantize import QUANTIZATIONS, float_copy, quantize_file, top1_agreement
 from .onnx_served import INPUTS, ServedModel
+from .onnx_translations import TRANSLATIONS
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 # How far onnxruntime may be from the float32 PyTorch model, relative to the largest

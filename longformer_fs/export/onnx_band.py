@@ -11,17 +11,18 @@ needs proving.
 
 The computation, per batch row and head, for a one-sided window ``w``:
 
-- queries are padded to ``n = ceil(T / w)`` blocks of ``w`` rows (less than one block of
-  padding); keys are padded by ``w`` on both sides;
+- queries are padded to ``n = ceil(T / w)`` blocks of ``w`` rows, and to whole steps of
+  the loop below (under one block of padding a step); keys are padded by ``w`` on both sides;
 - block ``i`` reads keys ``[i w - w, i w + 2 w)``: ``3 w`` of them, gathered by index, so
   its scores are ``(w, 3 w)``; no ``T x T`` tensor exists;
 - a key is kept when it lies in the query's band (``|i - j| <= w``, or ``0 <= i - j <= w``
   causal) and ``key_ok`` holds; a row without keys gives 0 and a log-sum-exp of ``-inf``,
   as the op does;
-- the blocks are computed :data:`CHUNK_ROWS` query rows at a time, in an ONNX ``Loop``, so
-  the scores and their softmax's temporaries stay the size of one chunk at any length
-  (written in one piece, they were ``3 T w`` floats each, several alive at once: 5.7 GiB
-  at 16K tokens for a base model).
+- the blocks are computed up to :data:`CHUNK_ROWS` query rows at a time, in an ONNX
+  ``Loop`` whose scan outputs are the steps' rows, so the scores and their softmax's
+  temporaries stay the size of one step at any length (written in one piece, they were
+  ``3 T w`` floats each, several alive at once: 5.7 GiB at 16K tokens for a base model),
+  and each output row is written once.
 
 Scores and the softmax run in float32 (the op's compute dtype for half inputs).
 Dilated heads and the relative-position term are not lowered yet: such a model is refused.
@@ -29,11 +30,8 @@ Dilated heads and the relative-position term are not lowered yet: such a model i
 
 from __future__ import annotations
 
-import torch
-from onnxscript import BOOL, FLOAT, INT64, ir, script
+from onnxscript import BOOL, FLOAT, INT64, graph, ir, script
 from onnxscript import opset18 as op
-
-from ..attention.backends import kernel  # noqa: F401  (registers longformer_fs::band_forward)
 
 
 class NotLowerableError(ValueError):
@@ -62,23 +60,29 @@ def band_forward(q, k, v, key_ok, pos_query, table, dilations, window, causal, s
     shape = op.Shape(q)
     batch, heads, length, dim = (op.Slice(shape, _ints(i), _ints(i + 1)) for i in range(4))
     width, zero = _ints(w), _ints(0)
-    blocks = op.Div(op.Add(length, _ints(w - 1)), width)
-    pad = op.Sub(op.Mul(blocks, width), length)  # 0 <= pad < w
 
-    # Queries in blocks of w rows: (B, H, n, w, D); keys, values and key_ok padded by w
-    # before and pad + w after, so that block i's keys are padded rows [i w, i w + 3 w).
-    padded_q = op.Pad(q, op.Concat(_ints(0, 0, 0, 0), zero, zero, pad, zero, axis=0))
-    query_blocks = op.Reshape(padded_q, op.Concat(batch, heads, blocks, width, dim, axis=0))
-    key_pads = op.Concat(_ints(0, 0, w, 0, 0, 0), op.Add(pad, width), zero, axis=0)
-    padded_k, padded_v = op.Pad(k, key_pads), op.Pad(v, key_pads)
+    # The n = ceil(T / w) blocks of w query rows run in `chunks` steps of `per_step` blocks,
+    # as even as whole blocks allow: a Loop's steps must be of one shape, so the last
+    # step's rows are padded (under one block a step; none when T is a multiple of them).
+    blocks = op.Div(op.Add(length, _ints(w - 1)), width)
+    most = _ints(max(1, CHUNK_ROWS // w))
+    chunks = op.Div(op.Add(blocks, op.Sub(most, _ints(1))), most)
+    per_step = op.Div(op.Add(blocks, op.Sub(chunks, _ints(1))), chunks)
+    rows = op.Mul(op.Mul(chunks, per_step), width)
+
+    # Block i reads the 3w key positions [i w - w, i w + 2 w): `span`, (chunks * per_step, 3w).
+    # Positions outside [0, T) read a clamped row and are masked by key_ok, which is padded
+    # (by w before, by the rows past T plus w after) so that position p is its row p + w.
+    # Neither q nor k nor v is copied whole: each step gathers what it reads.
+    span = op.Add(
+        op.Unsqueeze(op.Mul(_range(op.Squeeze(op.Div(rows, width))), op.Constant(value_int=w)), _ints(1)),
+        op.Unsqueeze(_range(3 * w), zero),
+    )
+    span = op.Sub(span, op.Constant(value_int=w))
     if key_ok is None:
         key_ok = op.Expand(op.Constant(value=ir.tensor(True)), op.Concat(batch, length, axis=0))
     no = op.Constant(value=ir.tensor(False))
-    padded_ok = op.Pad(key_ok, op.Concat(zero, width, zero, op.Add(pad, width), axis=0), no)
-    span = op.Add(
-        op.Unsqueeze(op.Mul(_range(op.Squeeze(blocks)), op.Constant(value_int=w)), _ints(1)),
-        op.Unsqueeze(_range(3 * w), zero),
-    )  # (n, 3w)
+    padded_ok = op.Pad(key_ok, op.Concat(zero, width, zero, op.Add(op.Sub(rows, length), width), axis=0), no)
     # Query r of a block sees key c of its span at offset c - r - w: in the band when
     # 0 <= c - r <= 2w (causal: <= w).
     offset = op.Sub(op.Unsqueeze(_range(3 * w), zero), op.Unsqueeze(_range(w), _ints(1)))  # (w, 3w)
@@ -87,16 +91,13 @@ def band_forward(q, k, v, key_ok, pos_query, table, dilations, window, causal, s
 
     # One ONNX function serves every layer: what differs between layers (the window, the
     # scale) reaches it as inputs, never as constants baked into a function of one name.
-    per_chunk = max(1, CHUNK_ROWS // w)
-    chunks = op.Squeeze(op.Div(op.Add(blocks, _ints(per_chunk - 1)), _ints(per_chunk)))
-    scaled = op.Mul(query_blocks, op.Constant(value_float=float(scale)))
     out, lse = chunked_band(
-        scaled, padded_k, padded_v, padded_ok, span, in_band, chunks, _ints(per_chunk)
-    )  # (B, H, n, w, D), (B, H, n, w, 1)
-    rows = op.Mul(blocks, width)
-    out = op.Slice(op.Reshape(out, op.Concat(batch, heads, rows, dim, axis=0)), zero, length, _ints(2))
-    lse = op.Slice(op.Reshape(lse, op.Concat(batch, heads, rows, axis=0)), zero, length, _ints(2))
-    return out, lse
+        q, k, v, padded_ok, span, in_band, op.Squeeze(chunks), per_step, width, op.Constant(value_float=float(scale))
+    )
+    # (chunks, B, H, per_step * w, D) and (chunks, B, H, per_step * w): steps to rows.
+    out = op.Reshape(op.Transpose(out, perm=[1, 2, 0, 3, 4]), op.Concat(batch, heads, rows, dim, axis=0))
+    lse = op.Reshape(op.Transpose(lse, perm=[1, 2, 0, 3]), op.Concat(batch, heads, rows, axis=0))
+    return op.Slice(out, zero, length, _ints(2)), op.Slice(lse, zero, length, _ints(2))
 
 
 # Query rows per step of the loop: big enough that a step's matrix products are not
@@ -107,45 +108,63 @@ CHUNK_ROWS = 1024
 
 @script()
 def chunked_band(
-    query_blocks: FLOAT,
-    keys: FLOAT,
-    values: FLOAT,
+    q: FLOAT,
+    k: FLOAT,
+    v: FLOAT,
     key_ok: BOOL,
     span: INT64,
     in_band: BOOL,
     chunks: INT64,
-    per_chunk: INT64,
+    per_step: INT64,
+    width: INT64,
+    scale: FLOAT,
 ) -> tuple[FLOAT, FLOAT]:
-    """The band over blocks of scaled queries, ``per_chunk`` (``(1,)``) blocks a step: a
-    ``Loop`` that concatenates each step's rows. Inputs as :func:`band_forward` prepares
-    them; outputs ``(B, H, n, w, D)`` and the log-sum-exp ``(B, H, n, w, 1)``."""
-    blocks_axis, last = op.Constant(value_ints=[2]), op.Constant(value_ints=[-1])
-    out = op.Slice(query_blocks, op.Constant(value_ints=[0]), op.Constant(value_ints=[0]), blocks_axis)
-    lse = op.ReduceMax(out, last, keepdims=1)  # both empty: (B, H, 0, w, D) and (B, H, 0, w, 1)
-    for i in range(chunks):
-        first = op.Mul(op.Reshape(i, op.Constant(value_ints=[1])), per_chunk)
-        stop = op.Add(first, per_chunk)
-        step_span = op.Slice(span, first, stop, op.Constant(value_ints=[0]))  # (c, 3w)
-        key_blocks = op.Gather(keys, step_span, axis=2)  # (B, H, c, 3w, D)
-        value_blocks = op.Gather(values, step_span, axis=2)
-        scores = op.MatMul(
-            op.Slice(query_blocks, first, stop, blocks_axis), op.Transpose(key_blocks, perm=[0, 1, 2, 4, 3])
+    """The band, ``per_step`` (``(1,)``) blocks of ``width`` (``(1,)``) queries a step of a
+    ``Loop`` whose steps' rows are its scan outputs (each written once: no buffer grows).
+    Inputs as :func:`band_forward` prepares them; outputs ``(chunks, B, H, per_step * w, D)``
+    and the log-sum-exp ``(chunks, B, H, per_step * w)``."""
+    shape = op.Shape(q)
+    last_row = op.Sub(op.Slice(shape, op.Constant(value_ints=[2]), op.Constant(value_ints=[3])), 1)
+    step_rows = op.Mul(per_step, width)
+    depth = op.Slice(shape, op.Constant(value_ints=[3]), op.Constant(value_ints=[4]))
+    block_shape = op.Concat(op.Constant(value_ints=[0, 0]), per_step, width, depth, axis=0)  # (B, H, c, w, D)
+
+    @graph()
+    def step(i: INT64, go: BOOL):
+        index = op.Reshape(i, op.Constant(value_ints=[1]))
+        first_row = op.Mul(index, step_rows)
+        queries = op.Slice(q, first_row, op.Add(first_row, step_rows), op.Constant(value_ints=[2]))
+        got = op.Slice(op.Shape(queries), op.Constant(value_ints=[2]), op.Constant(value_ints=[3]))
+        pads = op.Concat(
+            op.Constant(value_ints=[0, 0, 0, 0, 0, 0]), op.Sub(step_rows, got), op.Constant(value_ints=[0]), axis=0
         )
+        queries = op.Pad(queries, pads)  # the last step's rows past T
+        queries = op.Mul(op.Reshape(queries, block_shape), scale)  # (B, H, c, w, D)
+        first = op.Mul(index, per_step)
+        step_span = op.Slice(span, first, op.Add(first, per_step), op.Constant(value_ints=[0]))  # (c, 3w)
+        key_rows = op.Clip(step_span, op.Constant(value_int=0), last_row)
+        key_blocks = op.Gather(k, key_rows, axis=2)  # (B, H, c, 3w, D)
+        value_blocks = op.Gather(v, key_rows, axis=2)
+        scores = op.MatMul(queries, op.Transpose(key_blocks, perm=[0, 1, 2, 4, 3]))  # (B, H, c, w, 3w)
+        # The mask as an added 0 or -inf computed without the heads' axis: a broadcast
+        # Add is much faster in onnxruntime than a broadcast Where on the scores.
         allowed = op.And(
-            op.Unsqueeze(op.Gather(key_ok, step_span, axis=1), op.Constant(value_ints=[1, 3])), in_band
+            op.Unsqueeze(op.Gather(key_ok, op.Add(step_span, width), axis=1), op.Constant(value_ints=[1, 3])),
+            in_band,
         )  # (B, 1, c, w, 3w)
-        scores = op.Where(allowed, scores, op.Constant(value_float=float("-inf")))  # (B, H, c, w, 3w)
-        top = op.ReduceMax(scores, last, keepdims=1)
-        has_keys = op.Not(op.IsInf(top))
-        top = op.Where(has_keys, top, op.Constant(value_float=0.0))
+        scores = op.Add(scores, op.Where(allowed, op.Constant(value_float=0.0), op.Constant(value_float=float("-inf"))))
+        # A row without keys has a maximum of -inf; the floor keeps its exponentials 0 (not
+        # nan), so its total is 0, its log-sum-exp -inf and its output 0 / 1. A row with keys
+        # has a total of at least 1.
+        last = op.Constant(value_ints=[-1])
+        top = op.Max(op.ReduceMax(scores, last, keepdims=1), op.Constant(value_float=-1e30))
         weights = op.Exp(op.Sub(scores, top))
         total = op.ReduceSum(weights, last, keepdims=1)
-        total = op.Where(op.Greater(total, op.Constant(value_float=0.0)), total, op.Constant(value_float=1.0))
-        out = op.Concat(out, op.MatMul(op.Div(weights, total), value_blocks), axis=2)
-        step_lse = op.Where(has_keys, op.Add(top, op.Log(total)), op.Constant(value_float=float("-inf")))
-        lse = op.Concat(lse, step_lse, axis=2)
+        out = op.Div(op.MatMul(weights, value_blocks), op.Max(total, op.Constant(value_float=1.0)))
+        lse = op.Add(top, op.Log(total))
+        row_shape = op.Concat(op.Constant(value_ints=[0, 0]), step_rows, axis=0)
+        out = op.Reshape(out, op.Concat(row_shape, op.Constant(value_ints=[-1]), axis=0))
+        return go, out, op.Reshape(lse, row_shape)
+
+    out, lse = op.Loop(chunks, op.Constant(value=ir.tensor(True)), body=step)
     return out, lse
-
-
-# For torch.onnx.export(..., custom_translation_table=TRANSLATIONS).
-TRANSLATIONS = {torch.ops.longformer_fs.band_forward.default: band_forward}

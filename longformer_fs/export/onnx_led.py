@@ -45,9 +45,9 @@ from ..serving.summarizer import (
     OnnxSummarizer,
     cache_names,
 )
-from .onnx_band import TRANSLATIONS
 from .onnx_quantize import quantize_file
 from .onnx_served import INPUTS, encoder_features, use_kernel_backend
+from .onnx_translations import TRANSLATIONS
 
 COMMAND = "export-onnx"
 # The self-check's greedy search: long enough to show a drift, short enough to run at once.

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from longformer_fs.attention.layer import LongformerSelfAttention
-from longformer_fs.export.onnx_band import TRANSLATIONS
+from longformer_fs.export.onnx_translations import TRANSLATIONS
 
 WIDTH, HEADS, WINDOW = 32, 4, 8
 
