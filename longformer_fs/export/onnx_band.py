@@ -11,10 +11,12 @@ needs proving.
 
 The computation, per batch row and head, for a one-sided window ``w``:
 
-- queries are padded to ``n = ceil(T / w)`` blocks of ``w`` rows, and to whole steps of
-  the loop below (under one block of padding a step); keys are padded by ``w`` on both sides;
-- block ``i`` reads keys ``[i w - w, i w + 2 w)``: ``3 w`` of them, gathered by index, so
-  its scores are ``(w, 3 w)``; no ``T x T`` tensor exists;
+- queries are cut into ``n = ceil(T / w)`` blocks of ``w`` rows, made whole steps of the
+  loop below (the last step's rows are padded: under one block a step);
+- block ``i`` reads key positions ``[i w - w, i w + 2 w)``: ``3 w`` of them, gathered by
+  index (positions outside ``[0, T)`` read a clamped row and are masked), so its scores
+  are ``(w, 3 w)``; no ``T x T`` tensor exists, and ``q``, ``k`` and ``v`` are never
+  copied whole;
 - a key is kept when it lies in the query's band (``|i - j| <= w``, or ``0 <= i - j <= w``
   causal) and ``key_ok`` holds; a row without keys gives 0 and a log-sum-exp of ``-inf``,
   as the op does;
