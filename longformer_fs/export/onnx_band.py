@@ -70,17 +70,17 @@ def band_forward(q, k, v, key_ok, pos_query, table, dilations, window, causal, s
     most = _ints(max(1, CHUNK_ROWS // w))
     chunks = op.Div(op.Add(blocks, op.Sub(most, _ints(1))), most)
     per_step = op.Div(op.Add(blocks, op.Sub(chunks, _ints(1))), chunks)
-    rows = op.Mul(op.Mul(chunks, per_step), width)
+    padded_blocks = op.Mul(chunks, per_step)
+    rows = op.Mul(padded_blocks, width)
 
     # Block i reads the 3w key positions [i w - w, i w + 2 w): `span`, (chunks * per_step, 3w).
     # Positions outside [0, T) read a clamped row and are masked by key_ok, which is padded
     # (by w before, by the rows past T plus w after) so that position p is its row p + w.
     # Neither q nor k nor v is copied whole: each step gathers what it reads.
     span = op.Add(
-        op.Unsqueeze(op.Mul(_range(op.Squeeze(op.Div(rows, width))), op.Constant(value_int=w)), _ints(1)),
-        op.Unsqueeze(_range(3 * w), zero),
+        op.Unsqueeze(op.Mul(_range(op.Squeeze(padded_blocks)), op.Constant(value_int=w)), _ints(1)),
+        op.Unsqueeze(op.Sub(_range(3 * w), op.Constant(value_int=w)), zero),
     )
-    span = op.Sub(span, op.Constant(value_int=w))
     if key_ok is None:
         key_ok = op.Expand(op.Constant(value=ir.tensor(True)), op.Concat(batch, length, axis=0))
     no = op.Constant(value=ir.tensor(False))
