@@ -1,11 +1,13 @@
 """The longformer-fs command line."""
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import cli
 
 from longformer_fs.cli import COMMANDS, main
@@ -160,6 +162,31 @@ def test_band_pairs_counts_the_band():
 
     for seq_len, window, dilation, causal in [(10, 2, 1, False), (17, 3, 2, True), (9, 20, 3, False), (1, 0, 1, True)]:
         assert band_pairs(seq_len, window, dilation, causal) == int(band_mask(seq_len, window, dilation, causal).sum())
+
+
+def test_an_implementation_out_of_memory_leaves_a_row_saying_so(monkeypatch):
+    """On a GPU, dense peers run out of memory at long T: that row says so and the bench
+    goes on, where the whole command used to end in a traceback."""
+    from longformer_fs.benchmarks import attention as bench
+
+    def exhausted():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 192.00 GiB.")
+
+    monkeypatch.setattr(bench, "make_call", lambda *args: exhausted)
+    args = argparse.Namespace(device="cpu", batch=1, heads=2, head_dim=8, dtype="float32", repeat=1,
+                              dense_max_len=1024)  # fmt: skip
+    result = bench.measure("chunks", "scaling", bench.Case(64, 4, 1, False, 1), args)
+    assert result.skipped.startswith("OutOfMemoryError: CUDA out of memory") and result.fwd_bwd_ms is None
+
+
+def test_time_split_names_where_a_step_spends_its_time():
+    from longformer_fs.benchmarks import attention as bench
+
+    args = argparse.Namespace(device="cpu", batch=1, heads=2, head_dim=8, dtype="float32")
+    split = bench.time_split("chunks", bench.Case(256, 8, 1, False, 1), args, top=4)
+    assert len(split) == 4 and all(row["ms"] > 0 and row["calls"] >= 1 for row in split)
+    assert [row["ms"] for row in split] == sorted((row["ms"] for row in split), reverse=True)
+    assert any("bmm" in row["name"] or "matmul" in row["name"] or "einsum" in row["name"] for row in split), split
 
 
 def test_bench_rejects_unknown_implementation(tmp_path, capsys):

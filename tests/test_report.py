@@ -43,6 +43,9 @@ def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
     rows = {(r["impl"], r["seq_len"], r["dilation"]): r for r in parts["attention"]["rows"]}
     assert 8 * rows[("kernel", 1024, 1)]["work"] < rows[("sdpa", 1024, 1)]["work"]
     assert rows[("kernel", 1024, 4)]["fwd_bwd_ms"] > 0
+    split = parts["attention"]["time_split kernel T=1024"]
+    assert split and all(row["ms"] > 0 for row in split)
+    assert "time_split kernel T=1024:" in (out / "report.md").read_text()
     assert parts["lm"]["speedup"] > 0 and parts["led"]["led"]["peak_gib"] > 0
     assert parts["encoder_128k"]["fits"] and parts["led_train_64k"]["fits"]
 
@@ -102,6 +105,20 @@ def test_a_failing_or_hung_part_is_recorded_and_the_report_goes_on(tmp_path):
     assert results["dies"]["status"] == "failed" and "SIGKILL" in results["dies"]["error"]
     assert results["fine"] == {"status": "ok", "seconds": results["fine"]["seconds"], "value": 3}
     assert results["late"]["status"] == "skipped" and "budget" in results["late"]["error"]
+
+
+def test_the_report_names_the_command_for_the_parts_its_budget_left_out():
+    from longformer_fs.report import PARTS
+    from longformer_fs.report.document import markdown
+
+    left = {"status": "skipped", "seconds": 0, "error": "budget spent: 3 s left of --budget, it needs at least 20 s"}
+    results = {"check": {"status": "ok", "seconds": 9.0}, "lm": left, "sample": left}
+    settings = {"device": "cuda", "toy": False, "budget": 480, "parts": list(results)}
+    payload = {"machine": {}, "settings": settings, "parts": results, "targets": [], "notes": []}
+    text = markdown(payload, [part for part in PARTS if part.name in results])
+    assert "`longformer-fs report --device cuda --parts sample,lm`" in text  # in the report's own order
+    results["lm"] = results["sample"] = {"status": "failed", "seconds": 60, "error": "ran out of time"}
+    assert "--parts" not in markdown(payload, [part for part in PARTS if part.name in results])
 
 
 def test_the_report_refuses_bad_input_in_one_line(tmp_path):

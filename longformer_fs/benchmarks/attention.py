@@ -142,6 +142,15 @@ def band_pairs(seq_len: int, window: int, dilation: int, causal: bool) -> int:
 
 @lru_cache(maxsize=None)
 def _compiled_flex_attention():
+    """torch's ``flex_attention``, compiled for each shape, as a user would.
+
+    Every case (length, dilation, with and without gradients) compiles it anew, and dynamo
+    counts them all against one function's recompile limit (8). Past it, dynamo would run
+    FlexAttention eagerly, which is dense: a silently wrong peer (80 GB at 16K tokens on a
+    GPU). So the limit is raised for this process, and hitting it still raises.
+    """
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -248,6 +257,16 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
     q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
     call = make_call(impl, case, q, k, v)
     result.work = work_ratio(impl, case, args.heads, args.head_dim, str(device))
+    try:
+        _time(call, result, case, args, forward_only)
+    except (torch.OutOfMemoryError, torch._dynamo.exc.FailOnRecompileLimitHit) as err:
+        # One implementation that cannot run a case leaves the others' rows standing.
+        result.skipped = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    return result
+
+
+def _time(call, result: Result, case: Case, args, forward_only: bool) -> None:
+    device = torch.device(args.device)
     budget = 30.0  # seconds per timing: slow configurations get fewer repeats
     with torch.no_grad():
         result.fwd_ms = 1e3 * median_time(call, device, args.repeat, budget_s=budget)
@@ -259,14 +278,50 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
         result.notes.append("forward only: compiled CPU FlexAttention has no backward")
         with torch.no_grad():
             result.peak_mib = peak_memory_bytes(call, device) / 2**20
-        return result
+        return
 
     def fwd_bwd():
         call().float().sum().backward()
 
     result.fwd_bwd_ms = 1e3 * median_time(fwd_bwd, device, args.repeat, budget_s=budget)
     result.peak_mib = peak_memory_bytes(fwd_bwd, device) / 2**20
-    return result
+
+
+def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
+    """Where one forward + backward of ``impl`` spends its time: the ``top`` kernels (CUDA)
+    or operators (CPU) by their own time, in ms per step, from torch's profiler.
+
+    On a GPU this says whether an implementation's time is the attention kernel itself or
+    the work around it (gathers, block masks, casts), which a total cannot.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device(args.device)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    shape = (args.batch, case.seq_len, args.heads, args.head_dim)
+    forward_only = impl in ("flex", "flexattention") and device.type == "cpu"
+    dtype = getattr(torch, args.dtype)
+    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
+    call = make_call(impl, case, q, k, v)
+
+    def step():
+        out = call()
+        if not forward_only:
+            out.float().sum().backward()
+
+    step()  # compiles, if it does
+    cuda = device.type == "cuda"
+    steps = 3
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize(device)
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, key) > 0]
+    events.sort(key=lambda e: getattr(e, key), reverse=True)
+    return [{"name": e.key[:90], "ms": getattr(e, key) / 1e3 / steps, "calls": e.count // steps} for e in events[:top]]
 
 
 def matmul_gflops(device: str, dtype: torch.dtype, threads: int) -> float:

@@ -150,6 +150,12 @@ def markdown(payload: dict, parts: list[Part]) -> str:
         status = result.get("status", "?")
         shown = status if status == "ok" else f"**{status}**: {result.get('error', '')}"
         lines.append(f"| {part.group} | `{part.name}` | {shown} | {result.get('seconds', 0):.0f} | {part.what} |")
+    left_out = [part.name for part in parts if results.get(part.name, {}).get("status") == "skipped"]
+    if left_out:
+        toy = " --toy" if settings["toy"] else ""
+        command = f"longformer-fs report --device {settings['device']}{toy} --parts {','.join(left_out)}"
+        named = ", ".join(f"`{name}`" for name in left_out)
+        lines += ["", f"The budget left out {named}; they run with `{command}`."]
     lines += ["", "## Targets", ""]
     if settings["toy"]:
         lines += ["Measured at toy sizes, which are not the targets' conditions: none is judged.", ""]
@@ -175,7 +181,10 @@ def _figures(name: str, result: dict) -> list[str]:
     if isinstance(rows, list) and rows and isinstance(rows[0], dict):
         lines += _table(rows)
         lines.append("")
-    lines += [f"- {key}: {_cell(value)}" for key, value in figures.items()]
+    tables = {k: v for k, v in figures.items() if isinstance(v, list) and v and isinstance(v[0], dict)}
+    lines += [f"- {key}: {_cell(value)}" for key, value in figures.items() if key not in tables]
+    for key, table in tables.items():
+        lines += ["", f"{key}:", "", *_table(table)]
     return lines
 
 

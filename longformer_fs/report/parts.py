@@ -60,8 +60,12 @@ def _release(device: str) -> None:
 
 
 def check(ctx: Context) -> dict:
-    """``longformer-fs check``: the compiled kernels against float64 on this device."""
-    argv = ["check", "--device", ctx.device, "--json"]
+    """``longformer-fs check``: the compiled kernels against float64 on this device.
+
+    Without its timing of the backends: that compiles FlexAttention once per dtype and
+    kind of call, over 150 s on an H200, and the ``attention`` part measures the backends.
+    """
+    argv = ["check", "--device", ctx.device, "--no-timing", "--json"]
     status, text = command_output(argv)
     report = json.loads(text)
     results = report["results"]
@@ -250,6 +254,12 @@ def attention(ctx: Context) -> dict:
                 rows.append({"impl": impl, "seq_len": seq_len, "dilation": dilation, **_attention_row(result)})
                 ctx.record(window=window, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, rows=rows)
                 _release(ctx.device)
+    # Where the time goes at the longest length: the GPU targets hold flex to FlexAttention alone.
+    case = bench_attention.Case(max(lengths), window, 1, False, threads)
+    for impl in ("flex", "flexattention") if ctx.device == "cuda" else ("kernel",):
+        split = bench_attention.time_split(impl, case, args)
+        ctx.record(**{f"time_split {impl} T={case.seq_len}": split})
+        _release(ctx.device)
     return {"ratios": attention_ratios(rows)}
 
 

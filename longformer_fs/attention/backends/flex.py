@@ -15,9 +15,10 @@ FlexAttention is a PyTorch-maintained kernel generator: a ``mask_mod`` says whic
   cached per shape. Tiles that lie wholly inside one class's band are marked *full*, so
   FlexAttention skips the mask there; with padding no tile is full, since padded keys
   hide in any tile;
-- ``mask_mod`` maps slots back to positions and checks dilation (``(j - i) % d == 0``,
-  which is the residue class), the window, causality and key padding, all read from
-  tensors;
+- ``mask_mod`` works in slots, read from tensors: the window and causality are a slot
+  distance, a dilated head's pair must also share a residue class (a looked-up class per
+  slot, not ``(j - i) % d``: an integer division per score would cost a partial tile more
+  than its matrix product on a GPU), and key padding is read at the key's position;
 - the relative-position term becomes a ``score_mod`` that adds a ``(B, H, T, W)`` bias
   gathered by band column: memory O(T * W), like ``chunks`` (never T x T);
 - FlexAttention returns the row log-sum-exp that the layer merges with global keys.
@@ -139,21 +140,22 @@ def tile_lists(seq_len: int, window: int, dilations: tuple[int, ...], causal: bo
 
 
 @lru_cache(maxsize=256)
-def band_geometry(window: int, dilations: tuple[int, ...], causal: bool, device: str) -> torch.Tensor:
-    """``(3, H)`` int32: each head's dilation, reach before the query and reach after it."""
-    d = torch.tensor(dilations, dtype=torch.int32)
-    return torch.stack([d, window * d, d * (0 if causal else window)]).to(device)
+def band_reach(window: int, heads: int, causal: bool, device: str) -> torch.Tensor:
+    """``(2, H)`` int32: each head's reach before the query and after it, in slots (for a
+    dilated head, a slot step is ``d`` positions)."""
+    return torch.tensor([[window] * heads, [0 if causal else window] * heads], dtype=torch.int32).to(device)
 
 
-@lru_cache(maxsize=32)  # (2, H, T) int64 on the device, a few MiB at long T: fewer kept
+@lru_cache(maxsize=32)  # (3, H, T) int64 on the device, a few MiB at long T: fewer kept
 def slot_order(seq_len: int, dilations: tuple[int, ...], device: str) -> torch.Tensor | None:
-    """``(2, H, T)`` long: each head's position of every slot, and slot of every position
-    (None when no head is dilated: slots are positions)."""
+    """``(3, H, T)`` long: each head's position of every slot, slot of every position, and
+    residue class of every slot (None when no head is dilated: slots are positions)."""
     if all(d == 1 for d in dilations):
         return None
     orders = {d: residue_order(seq_len, d) for d in set(dilations)}
     positions = torch.stack([orders[d] for d in dilations])
-    return torch.stack([positions, torch.argsort(positions, dim=-1)]).to(device)
+    residues = positions % torch.tensor(dilations).view(-1, 1)
+    return torch.stack([positions, torch.argsort(positions, dim=-1), residues]).to(device)
 
 
 def work(seq_len: int, spec: BandSpec) -> int:
@@ -166,16 +168,17 @@ def work(seq_len: int, spec: BandSpec) -> int:
 # ------------------------------------------------------------------ the compiled function
 
 
-def _band_block_mask(key_ok, geometry, tiles, seq_len, positions=None) -> BlockMask:
-    """The band's ``BlockMask``; with ``positions`` ``(H, T)``, indices are slots of each head's order."""
-    dilation, before, after = geometry[0], geometry[1], geometry[2]
+def _band_block_mask(key_ok, reach, tiles, seq_len, order=None) -> BlockMask:
+    """The band's ``BlockMask`` over slots: with ``order`` (:func:`slot_order`), each head's
+    own; ``key_ok`` ``(B, T)`` is by position."""
+    before, after = reach[0], reach[1]
 
     def mask_mod(b, h, q_idx, kv_idx):
-        if positions is not None:
-            q_idx, kv_idx = positions[h, q_idx], positions[h, kv_idx]
         offset = kv_idx - q_idx
-        d = dilation[h]
-        return (offset % d == 0) & (offset >= -before[h]) & (offset <= after[h]) & key_ok[b, kv_idx]
+        inside = (offset >= -before[h]) & (offset <= after[h])
+        if order is None:
+            return inside & key_ok[b, kv_idx]
+        return inside & (order[2, h, q_idx] == order[2, h, kv_idx]) & key_ok[b, order[0, h, kv_idx]]
 
     return BlockMask.from_kv_blocks(*tiles, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(seq_len, seq_len))
 
@@ -184,8 +187,8 @@ def band_block_mask(q: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSp
     """The ``BlockMask`` the backend builds for a call on ``q`` ``(B, H, T, D)``, from the
     same inputs (:func:`call_inputs`). Its indices are slots of each head's
     :func:`slot_order` (positions when no head is dilated)."""
-    key_ok, geometry, tiles, order = call_inputs(q, key_mask, spec)
-    return _band_block_mask(key_ok, geometry, tiles, q.shape[2], None if order is None else order[0])
+    key_ok, reach, tiles, order = call_inputs(q, key_mask, spec)
+    return _band_block_mask(key_ok, reach, tiles, q.shape[2], order)
 
 
 def _gather_heads(x, index):
@@ -222,7 +225,7 @@ def reorder(x, order, back: bool = False):
     return _Reorder.apply(x, there, inverse)
 
 
-def _attend(q, k, v, key_ok, geometry, tiles, scale, order=None, pos_query=None, table=None, lse=True):
+def _attend(q, k, v, key_ok, reach, tiles, scale, order=None, pos_query=None, table=None, lse=True):
     """Band attention from tensors only: ``(out (B, H, T, D), lse (B, H, T))``, or ``(out,)``
     without ``lse`` (all compiled CPU FlexAttention can return).
 
@@ -237,14 +240,14 @@ def _attend(q, k, v, key_ok, geometry, tiles, scale, order=None, pos_query=None,
     score_mod = None
     if pos_query is not None:
         bias = torch.einsum("bhid,hcd->bhic", pos_query, table.to(pos_query.dtype)) * scale
-        dilation, before, width = geometry[0], geometry[1], bias.shape[-1]
+        before, width = reach[0], bias.shape[-1]
 
         def score_mod(score, b, h, q_idx, kv_idx):
             # In slots, the key of band column c is c - w slots from the query, dilated or not.
-            column = torch.clamp(kv_idx - q_idx + before[h] // dilation[h], 0, width - 1)
+            column = torch.clamp(kv_idx - q_idx + before[h], 0, width - 1)
             return score + bias[b, h, q_idx, column]
 
-    block_mask = _band_block_mask(key_ok, geometry, tiles, q.shape[2], None if order is None else order[0])
+    block_mask = _band_block_mask(key_ok, reach, tiles, q.shape[2], order)
     if lse:
         out, aux = flex_attention(
             q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=AuxRequest(lse=True)
@@ -262,40 +265,40 @@ def _attend(q, k, v, key_ok, geometry, tiles, scale, order=None, pos_query=None,
 # not spend one kind's budget on the other.
 
 
-def band_plain(q, k, v, key_ok, geometry, tiles, scale):
+def band_plain(q, k, v, key_ok, reach, tiles, scale):
     """:func:`_attend` with no dilated head and no position term."""
-    return _attend(q, k, v, key_ok, geometry, tiles, scale)
+    return _attend(q, k, v, key_ok, reach, tiles, scale)
 
 
-def band_relative(q, k, v, key_ok, geometry, tiles, pos_query, table, scale):
+def band_relative(q, k, v, key_ok, reach, tiles, pos_query, table, scale):
     """:func:`band_plain` plus the position term, gathered from a ``(B, H, T, W)`` bias."""
-    return _attend(q, k, v, key_ok, geometry, tiles, scale, pos_query=pos_query, table=table)
+    return _attend(q, k, v, key_ok, reach, tiles, scale, pos_query=pos_query, table=table)
 
 
-def band_plain_dilated(q, k, v, key_ok, geometry, tiles, order, scale):
+def band_plain_dilated(q, k, v, key_ok, reach, tiles, order, scale):
     """:func:`band_plain` with dilated heads, each on its slot order."""
-    return _attend(q, k, v, key_ok, geometry, tiles, scale, order)
+    return _attend(q, k, v, key_ok, reach, tiles, scale, order)
 
 
-def band_relative_dilated(q, k, v, key_ok, geometry, tiles, order, pos_query, table, scale):
+def band_relative_dilated(q, k, v, key_ok, reach, tiles, order, pos_query, table, scale):
     """:func:`band_relative` with dilated heads, each on its slot order."""
-    return _attend(q, k, v, key_ok, geometry, tiles, scale, order, pos_query, table)
+    return _attend(q, k, v, key_ok, reach, tiles, scale, order, pos_query, table)
 
 
-def band_forward(q, k, v, key_ok, geometry, tiles, order, scale):
+def band_forward(q, k, v, key_ok, reach, tiles, order, scale):
     """The output alone (``order`` may be None): what compiled CPU FlexAttention can run,
     for benchmarks and tests of the compiled kernel on CPU."""
-    return _attend(q, k, v, key_ok, geometry, tiles, scale, order, lse=False)[0]
+    return _attend(q, k, v, key_ok, reach, tiles, scale, order, lse=False)[0]
 
 
 def call_inputs(q: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec):
-    """The tensors a call passes besides ``q, k, v``: ``(key_ok, geometry, tiles, order)``."""
+    """The tensors a call passes besides ``q, k, v``: ``(key_ok, reach, tiles, order)``."""
     batch, _, seq_len, _ = q.shape
     device = str(q.device)
     key_ok = torch.ones(batch, seq_len, dtype=torch.bool, device=q.device) if key_mask is None else ~key_mask
-    geometry = band_geometry(spec.window, spec.dilations, spec.causal, device)
+    reach = band_reach(spec.window, len(spec.dilations), spec.causal, device)
     tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, key_mask is not None, device)
-    return key_ok, geometry, tiles, slot_order(seq_len, spec.dilations, device)
+    return key_ok, reach, tiles, slot_order(seq_len, spec.dilations, device)
 
 
 @lru_cache(maxsize=None)
@@ -359,7 +362,7 @@ def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTer
             f"backend: 'flex' has no backward on CPU in torch {torch.__version__} (a FlexAttention "
             "limit); train on CPU with backend='kernel' or 'chunks'"
         )
-    key_ok, geometry, tiles, order = call_inputs(q, key_mask, spec)
+    key_ok, reach, tiles, order = call_inputs(q, key_mask, spec)
     if order is None:
         fn, args = (band_plain, ()) if position is None else (band_relative, (position.query, position.table))
     elif position is None:
@@ -367,7 +370,7 @@ def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTer
     else:
         fn, args = band_relative_dilated, (order, position.query, position.table)
     if torch.compiler.is_compiling():  # inside the caller's own compiled graph: traced there
-        return fn(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
+        return fn(q, k, v, key_ok, reach, tiles, *args, spec.scale)
     # On CPU the eager path is chosen on purpose (see the module docstring): silence torch's
     # advice to compile there only, keeping the per-call cost off the GPU path.
     quiet = warnings.catch_warnings() if q.device.type != "cuda" else contextlib.nullcontext()
@@ -375,7 +378,7 @@ def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTer
         with quiet, _compile_settings():
             if q.device.type != "cuda":
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            return _runner(fn, q.device)(q, k, v, key_ok, geometry, tiles, *args, spec.scale)
+            return _runner(fn, q.device)(q, k, v, key_ok, reach, tiles, *args, spec.scale)
     except torch._dynamo.exc.FailOnRecompileLimitHit as err:
         reason = f"torch's recompile limit was reached, and eager FlexAttention would be dense ({err})"
         return _fall_back(kind, reason, q, k, v, key_mask, spec, position)
