@@ -183,10 +183,28 @@ def test_time_split_names_where_a_step_spends_its_time():
     from longformer_fs.benchmarks import attention as bench
 
     args = argparse.Namespace(device="cpu", batch=1, heads=2, head_dim=8, dtype="float32")
-    split = bench.time_split("chunks", bench.Case(256, 8, 1, False, 1), args, top=4)
-    assert len(split) == 4 and all(row["ms"] > 0 and row["calls"] >= 1 for row in split)
+    whole, *split = bench.time_split("chunks", bench.Case(256, 8, 1, False, 1), args, top=4)
+    assert whole["name"] == "(whole step)" and whole["ms"] > 0
+    assert len(split) == 4 and all(0 < row["ms"] <= 2 * whole["ms"] and row["calls"] >= 1 for row in split)
     assert [row["ms"] for row in split] == sorted((row["ms"] for row in split), reverse=True)
     assert any("bmm" in row["name"] or "matmul" in row["name"] or "einsum" in row["name"] for row in split), split
+
+
+def test_static_flex_computes_the_band():
+    """``flex-static`` (the flex backend's computation compiled per shape; on CPU, how
+    ``flex`` is timed) computes the band: compiled with dynamo's eager backend here, the
+    dilated case included, against the float64 oracle."""
+    from oracle import oracle_attention
+
+    from longformer_fs.benchmarks import attention as bench
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 37, 8, generator=gen) for _ in range(3))
+    for dilation in (1, 3):
+        with torch.no_grad():
+            out = bench.static_flex(bench.Case(37, 4, dilation, False, 1), q, k, v, compiler="eager")()
+        want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 4, (dilation,) * 2, False)
+        torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
 
 
 def test_bench_rejects_unknown_implementation(tmp_path, capsys):

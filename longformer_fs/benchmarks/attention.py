@@ -46,7 +46,13 @@ PEERS = {
     "sdpa-band": "torch SDPA with a dense (T, T) band mask",
     "flexattention": "torch's compiled FlexAttention with a band mask_mod and a BlockMask built once (no code of ours)",
 }
+# Not run unless named: it answers one question about `flex` on a GPU.
+DIAGNOSTICS = {
+    "flex-static": "the flex backend's own computation compiled for each shape (dynamic=False), forward only "
+    "on CPU: against flex, which compiles once for every length, the cost of that",
+}
 DENSE = {"reference", "sdpa", "sdpa-band"}
+FLEX = {"flex", "flex-static", "flexattention"}  # compiled FlexAttention: forward only on CPU
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--impls",
         default=",".join(impls),
         help=f"comma-separated implementations: attention backends "
-        f"({', '.join(available_backends())}) and peers ({', '.join(PEERS)})",
+        f"({', '.join(available_backends())}), peers ({', '.join(PEERS)}) and, only when named, "
+        f"{', '.join(DIAGNOSTICS)}",
     )
     parser.add_argument("--parts", default="scaling,variants", help="which parts to run: scaling, variants")
     parser.add_argument(
@@ -140,17 +147,23 @@ def band_pairs(seq_len: int, window: int, dilation: int, causal: bool) -> int:
     return total
 
 
-@lru_cache(maxsize=None)
-def _compiled_flex_attention():
-    """torch's ``flex_attention``, compiled for each shape, as a user would.
+def _allow_recompiles() -> None:
+    """Let one function compile once per case of this process.
 
-    Every case (length, dilation, with and without gradients) compiles it anew, and dynamo
-    counts them all against one function's recompile limit (8). Past it, dynamo would run
-    FlexAttention eagerly, which is dense: a silently wrong peer (80 GB at 16K tokens on a
-    GPU). So the limit is raised for this process, and hitting it still raises.
+    The peer and ``flex-static`` compile anew for each case (length, dilation, with and
+    without gradients), and dynamo counts them against one function's recompile limit
+    (8). Past it, dynamo would run FlexAttention eagerly, which is dense: a silently wrong
+    measurement (80 GB at 16K tokens on a GPU). So the limit is raised for this process,
+    and hitting it still raises.
     """
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.fail_on_recompile_limit_hit = True
+
+
+@lru_cache(maxsize=None)
+def _compiled_flex_attention():
+    """torch's ``flex_attention``, compiled for each shape, as a user would."""
+    _allow_recompiles()
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -158,16 +171,24 @@ def _spec(case: Case, heads: int, head_dim: int) -> BandSpec:
     return BandSpec(case.window, (case.dilation,) * heads, case.causal, head_dim**-0.5)
 
 
-def _compiled_cpu_flex(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
-    """On CPU the flex backend runs FlexAttention's dense eager path (compiled CPU
-    FlexAttention is inference-only and returns no log-sum-exp); what FlexAttention can
-    do on CPU is measured here instead: the backend's own computation (slot orders, tiles,
-    masks), compiled, forward only."""
+def static_flex(case: Case, q, k, v, compiler: str = "inductor") -> Callable[[], torch.Tensor]:
+    """The flex backend's own computation (slot orders, tiles, masks) compiled for this one
+    shape, ``dynamic=False``; q, k, v ``(B, H, T, D)``.
+
+    On CPU this is how ``flex`` is timed: there the backend runs FlexAttention's dense eager
+    path, and compiled CPU FlexAttention is inference-only (forward only, no log-sum-exp).
+    On a GPU it is ``flex-static``: the backend itself compiles once for every length, and
+    this tells that choice's cost from the band kernel's.
+    """
     spec = _spec(case, q.shape[1], q.shape[-1])
     inputs = flex.call_inputs(q, None, spec)
-    torch._dynamo.reset()  # one compilation per case, so no case meets the recompile limit
-    forward = torch.compile(flex.band_forward, dynamic=False)
-    return lambda: forward(q, k, v, *inputs, spec.scale)
+    _allow_recompiles()
+
+    def attend(q, k, v):  # a code object of its own: its compilations are not the backend's
+        return flex.band_forward(q, k, v, *inputs, spec.scale)
+
+    forward = torch.compile(attend, backend=compiler, dynamic=False, fullgraph=True)
+    return lambda: forward(q, k, v)
 
 
 @lru_cache(maxsize=8)
@@ -190,8 +211,8 @@ def _flexattention_peer(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
 
 def work_ratio(impl: str, case: Case, heads: int, head_dim: int, device: str) -> float:
     """Query-key pairs ``impl`` computes over the band's pairs, from the tiles it visits."""
-    if impl in BACKENDS:
-        pairs = BACKENDS[impl].work(case.seq_len, _spec(case, heads, head_dim))
+    if impl in BACKENDS or impl == "flex-static":
+        pairs = BACKENDS[impl.removesuffix("-static")].work(case.seq_len, _spec(case, heads, head_dim))
     elif impl == "flexattention":
         mask = _peer_block_mask(case.seq_len, case.window, case.dilation, case.causal, device)
         tiles = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())
@@ -206,8 +227,8 @@ def work_ratio(impl: str, case: Case, heads: int, head_dim: int, device: str) ->
 def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
     """A zero-argument forward for ``impl``; q, k, v are (B, T, H, D)."""
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
-    if impl == "flex" and q.device.type == "cpu":
-        return _compiled_cpu_flex(case, qh, kh, vh)
+    if impl == "flex-static" or (impl == "flex" and q.device.type == "cpu"):
+        return static_flex(case, qh, kh, vh)
     if impl == "flexattention":
         return _flexattention_peer(case, qh, kh, vh)
     if impl in available_backends():
@@ -253,7 +274,7 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
     dtype = getattr(torch, args.dtype)
     shape = (args.batch, case.seq_len, args.heads, args.head_dim)
     gen = torch.Generator(device="cpu").manual_seed(0)
-    forward_only = impl in ("flex", "flexattention") and device.type == "cpu"  # CPU flex rejects inputs needing grad
+    forward_only = impl in FLEX and device.type == "cpu"  # CPU flex rejects inputs needing grad
     q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
     call = make_call(impl, case, q, k, v)
     result.work = work_ratio(impl, case, args.heads, args.head_dim, str(device))
@@ -288,8 +309,9 @@ def _time(call, result: Result, case: Case, args, forward_only: bool) -> None:
 
 
 def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
-    """Where one forward + backward of ``impl`` spends its time: the ``top`` kernels (CUDA)
-    or operators (CPU) by their own time, in ms per step, from torch's profiler.
+    """Where one forward + backward of ``impl`` spends its time: the whole step's median
+    first, then the ``top`` kernels (CUDA) or operators (CPU) by their own time, in ms per
+    step, from torch's profiler.
 
     On a GPU this says whether an implementation's time is the attention kernel itself or
     the work around it (gathers, block masks, casts), which a total cannot.
@@ -299,7 +321,7 @@ def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
     device = torch.device(args.device)
     gen = torch.Generator(device="cpu").manual_seed(0)
     shape = (args.batch, case.seq_len, args.heads, args.head_dim)
-    forward_only = impl in ("flex", "flexattention") and device.type == "cpu"
+    forward_only = impl in FLEX and device.type == "cpu"
     dtype = getattr(torch, args.dtype)
     q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
     call = make_call(impl, case, q, k, v)
@@ -309,7 +331,7 @@ def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
         if not forward_only:
             out.float().sum().backward()
 
-    step()  # compiles, if it does
+    whole = {"name": "(whole step)", "ms": 1e3 * median_time(step, device, repeat=5), "calls": 1}  # warm-up compiles
     cuda = device.type == "cuda"
     steps = 3
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -321,7 +343,8 @@ def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     events = [e for e in prof.key_averages() if getattr(e, key) > 0]
     events.sort(key=lambda e: getattr(e, key), reverse=True)
-    return [{"name": e.key[:90], "ms": getattr(e, key) / 1e3 / steps, "calls": e.count // steps} for e in events[:top]]
+    kernels = [{"name": e.key[:90], "ms": getattr(e, key) / 1e3 / steps, "calls": e.count // steps} for e in events]
+    return [whole, *kernels[:top]]
 
 
 def matmul_gflops(device: str, dtype: torch.dtype, threads: int) -> float:
@@ -341,12 +364,12 @@ def print_results(results: list[Result], part: str, baseline: str) -> None:
         return
     print(f"\n[{part}]")
     print(
-        f"{'impl':<10} {'variant':<11} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
+        f"{'impl':<13} {'variant':<11} {'T':>6} {'thr':>3} {'fwd ms':>9} {'fwd+bwd ms':>11} {'peak MiB':>9}"
         f" {'fwd GF/s':>9} {'work':>5} {'x ' + baseline:>16}"
     )
     for r in rows:
         if r.skipped:
-            print(f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3}  skipped: {r.skipped}")
+            print(f"{r.impl:<13} {r.variant:<11} {r.seq_len:>6} {r.threads:>3}  skipped: {r.skipped}")
             continue
         ref = next(
             (
@@ -366,7 +389,7 @@ def print_results(results: list[Result], part: str, baseline: str) -> None:
             ratio = f"{r.fwd_ms / ref.fwd_ms:.2f} fwd" if ref else "-"
         fb = f"{r.fwd_bwd_ms:.1f}" if r.fwd_bwd_ms is not None else "fwd only"
         print(
-            f"{r.impl:<10} {r.variant:<11} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {fb:>11}"
+            f"{r.impl:<13} {r.variant:<11} {r.seq_len:>6} {r.threads:>3} {r.fwd_ms:>9.1f} {fb:>11}"
             f" {r.peak_mib:>9.1f} {r.fwd_gflops:>9.1f} {r.work:>5.2f} {ratio:>16}"
         )
 
@@ -412,7 +435,7 @@ def plot(results: list[Result], path: Path, title: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     impls = [x for x in args.impls.split(",") if x]
-    known = available_backends() + list(PEERS)
+    known = available_backends() + list(PEERS) + list(DIAGNOSTICS)
     unknown = [x for x in impls if x not in known]
     if unknown:
         raise ValueError(f"--impls: unknown or unavailable {unknown}; choose from {known}")

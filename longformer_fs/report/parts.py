@@ -254,9 +254,10 @@ def attention(ctx: Context) -> dict:
                 rows.append({"impl": impl, "seq_len": seq_len, "dilation": dilation, **_attention_row(result)})
                 ctx.record(window=window, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, rows=rows)
                 _release(ctx.device)
-    # Where the time goes at the longest length: the GPU targets hold flex to FlexAttention alone.
+    # Where the time goes at the longest length: the GPU targets hold flex to FlexAttention
+    # alone, and flex-static tells compiling once for every length from the band kernel.
     case = bench_attention.Case(max(lengths), window, 1, False, threads)
-    for impl in ("flex", "flexattention") if ctx.device == "cuda" else ("kernel",):
+    for impl in ("flex", "flex-static", "flexattention") if ctx.device == "cuda" else ("kernel",):
         split = bench_attention.time_split(impl, case, args)
         ctx.record(**{f"time_split {impl} T={case.seq_len}": split})
         _release(ctx.device)
