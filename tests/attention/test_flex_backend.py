@@ -224,9 +224,11 @@ def test_fifty_lengths_compile_a_bounded_number_of_times(counted_compiles, caplo
     """What fairseq's batches bring: a new length nearly every step, batch sizes that vary,
     padding in some batches, a different window per layer, layers with and without dilated
     heads, with and without the position term. The compilations stay bounded and nothing
-    falls back to a dense path."""
+    falls back to a dense path. (Lengths 130 to 669, 2 to 6 tiles: what is counted is
+    dynamo's work per new length, not the length; compiled with ``dynamic=False`` instead,
+    the backend meets the recompile limit here and this fails, checked by hand.)"""
     counter, flex = counted_compiles
-    lengths = [130 + 37 * i for i in range(50)]
+    lengths = [130 + 11 * i for i in range(50)]
     checked = {lengths[0], lengths[5], lengths[17], lengths[-1]}  # [5]: undilated, relative
     with torch.no_grad(), caplog.at_level("WARNING"):
         for i, seq_len in enumerate(lengths):
