@@ -46,7 +46,7 @@ PARTS = [
     Part("attention", "attention speed", "forward + backward at 4K, 16K, 64K: kernel, flex, dense SDPA, "
          "FlexAttention alone; d = 4 against d = 1; where flex's GPU time goes", 240, 90, 40, parts.attention),
     Part("lm", "end to end", "`bench lm`: longformer_lm_small against transformer_lm at 16K characters",
-         180, 60, 20, parts.lm),
+         240, 60, 20, parts.lm),
     Part("text8", "recipes", "`make text8-phase1` at toy size, then the character LM's hub on the device",
          90, 90, 30, recipe_runs.text8),
     Part("finetune_triviaqa", "recipes", "`make finetune-triviaqa` at toy size, then the QA hub on the device",
