@@ -108,17 +108,22 @@ def test_a_failing_or_hung_part_is_recorded_and_the_report_goes_on(tmp_path):
 
 
 def test_the_report_names_the_command_for_the_parts_its_budget_left_out():
+    from pathlib import Path
+
     from longformer_fs.report import PARTS
-    from longformer_fs.report.document import markdown
+    from longformer_fs.report.document import markdown, rest_command
 
     left = {"status": "skipped", "seconds": 0, "error": "budget spent: 3 s left of --budget, it needs at least 20 s"}
-    results = {"check": {"status": "ok", "seconds": 9.0}, "lm": left, "sample": left}
+    results = {"check": {"status": "ok", "seconds": 9.0}, "sample": left, "oracle": {"status": "ok"}, "lm": left}
     settings = {"device": "cuda", "toy": False, "budget": 480, "parts": list(results)}
     payload = {"machine": {}, "settings": settings, "parts": results, "targets": [], "notes": []}
     text = markdown(payload, [part for part in PARTS if part.name in results])
-    assert "`longformer-fs report --device cuda --parts sample,lm`" in text  # in the report's own order
+    assert "`longformer-fs report --device cuda --parts sample,lm`" in text
+    command = rest_command({**settings, "toy": True}, results, Path("/tmp/report-rest"))
+    assert command == "longformer-fs report --device cuda --toy --parts sample,lm --out /tmp/report-rest"
     results["lm"] = results["sample"] = {"status": "failed", "seconds": 60, "error": "ran out of time"}
     assert "--parts" not in markdown(payload, [part for part in PARTS if part.name in results])
+    assert rest_command(settings, results) is None
 
 
 def test_the_report_refuses_bad_input_in_one_line(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from . import parts, recipe_runs
-from .document import write_report
+from .document import rest_command, write_report
 from .runner import Context, Part, run_all, run_part
 
 # Cheapest first, by what each took on an NVIDIA H200 (a5ab877; lm and the recipes, which
@@ -115,17 +115,6 @@ def _selected(text: str) -> list[Part]:
     return [part for part in PARTS if part.name in names]
 
 
-def rest_command(args: argparse.Namespace, results: dict) -> str | None:
-    """The command that runs the parts this run's budget left out, into a directory of its own."""
-    left_out = [name for name, r in results.items() if r["status"] == "skipped"]
-    if not left_out:
-        return None
-    out = args.out.resolve()
-    toy = " --toy" if args.toy else ""
-    return (f"longformer-fs report --device {args.device}{toy} --parts {','.join(left_out)} "
-            f"--out {out.with_name(out.name + '-rest')}")  # fmt: skip
-
-
 def main(args: argparse.Namespace) -> int:
     # Every part is forked from this process, and a CUDA runtime initialised before a fork
     # is unusable after it: CUDA is asked about through NVML here (torch's fork-safe check).
@@ -174,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
     failed = [name for name, r in results.items() if r["status"] != "ok"]
     print(f"wrote {md_path} and {json_path} ({time.monotonic() - start:.0f} s); {len(results) - len(failed)} of "
           f"{len(results)} parts ok" + (f"; not ok: {', '.join(failed)}" if failed else ""))  # fmt: skip
-    rest = rest_command(args, results)
+    rest = rest_command(settings, results, out.with_name(out.name + "-rest"))
     if rest:
         print(f"the parts the budget left out: {rest}")
     return 0 if not failed else 1

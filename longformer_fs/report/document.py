@@ -150,12 +150,10 @@ def markdown(payload: dict, parts: list[Part]) -> str:
         status = result.get("status", "?")
         shown = status if status == "ok" else f"**{status}**: {result.get('error', '')}"
         lines.append(f"| {part.group} | `{part.name}` | {shown} | {result.get('seconds', 0):.0f} | {part.what} |")
-    left_out = [part.name for part in parts if results.get(part.name, {}).get("status") == "skipped"]
-    if left_out:
-        toy = " --toy" if settings["toy"] else ""
-        command = f"longformer-fs report --device {settings['device']}{toy} --parts {','.join(left_out)}"
-        named = ", ".join(f"`{name}`" for name in left_out)
-        lines += ["", f"The budget left out {named}; they run with `{command}`."]
+    rest = rest_command(settings, results)
+    if rest:
+        named = ", ".join(f"`{name}`" for name, r in results.items() if r["status"] == "skipped")
+        lines += ["", f"The budget left out {named}; they run with `{rest}`."]
     lines += ["", "## Targets", ""]
     if settings["toy"]:
         lines += ["Measured at toy sizes, which are not the targets' conditions: none is judged.", ""]
@@ -170,6 +168,17 @@ def markdown(payload: dict, parts: list[Part]) -> str:
             lines += ["", f"### `{part.name}`", "", part.what + "."]
             lines += _figures(part.name, results.get(part.name, {}))
     return "\n".join(lines) + "\n"
+
+
+def rest_command(settings: dict, results: dict, out: Path | None = None) -> str | None:
+    """The command that runs the parts the budget left out (None: it left none out), into
+    ``out`` when given."""
+    left_out = [name for name, result in results.items() if result["status"] == "skipped"]
+    if not left_out:
+        return None
+    toy = " --toy" if settings["toy"] else ""
+    where = f" --out {out}" if out is not None else ""
+    return f"longformer-fs report --device {settings['device']}{toy} --parts {','.join(left_out)}{where}"
 
 
 def _figures(name: str, result: dict) -> list[str]:
