@@ -264,6 +264,18 @@ def _skip_reason(impl: str, case: Case, args) -> str | None:
     return None
 
 
+def _inputs(impl: str, case: Case, args):
+    """Seeded ``q, k, v`` ``(B, T, H, D)`` for ``case`` and whether ``impl`` runs forward only
+    here (compiled CPU FlexAttention rejects inputs that need gradients)."""
+    device = torch.device(args.device)
+    forward_only = impl in FLEX and device.type == "cpu"
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    shape = (args.batch, case.seq_len, args.heads, args.head_dim)
+    dtype = getattr(torch, args.dtype)
+    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
+    return q, k, v, forward_only
+
+
 def measure(impl: str, part: str, case: Case, args) -> Result:
     device = torch.device(args.device)
     result = Result(impl, part, case.seq_len, case.variant, case.threads)
@@ -271,15 +283,10 @@ def measure(impl: str, part: str, case: Case, args) -> Result:
     if result.skipped:
         return result
     torch.set_num_threads(case.threads)
-    dtype = getattr(torch, args.dtype)
-    shape = (args.batch, case.seq_len, args.heads, args.head_dim)
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    forward_only = impl in FLEX and device.type == "cpu"  # CPU flex rejects inputs needing grad
-    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
-    call = make_call(impl, case, q, k, v)
+    q, k, v, forward_only = _inputs(impl, case, args)
     result.work = work_ratio(impl, case, args.heads, args.head_dim, str(device))
     try:
-        _time(call, result, case, args, forward_only)
+        _time(make_call(impl, case, q, k, v), result, case, args, forward_only)
     except (torch.OutOfMemoryError, torch._dynamo.exc.FailOnRecompileLimitHit) as err:
         # One implementation that cannot run a case leaves the others' rows standing.
         result.skipped = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
@@ -319,11 +326,7 @@ def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile
 
     device = torch.device(args.device)
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    shape = (args.batch, case.seq_len, args.heads, args.head_dim)
-    forward_only = impl in FLEX and device.type == "cpu"
-    dtype = getattr(torch, args.dtype)
-    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(not forward_only) for _ in range(3))
+    q, k, v, forward_only = _inputs(impl, case, args)
     call = make_call(impl, case, q, k, v)
 
     def step():
