@@ -116,6 +116,17 @@ def test_layer_with_global_tokens_matches_oracle():
         )
 
 
+def test_every_tensor_the_mask_reads_is_32_bit():
+    """On a GPU, a mask_mod that loads bytes (bool or uint8 padding) makes FlexAttention's
+    forward 10x slower (measured on an H200, docs/benchmarks.md); 32-bit loads cost nothing."""
+    q = qkv(45, 3)[0].transpose(1, 2)
+    for dilations, pad in (((1, 1, 1), None), ((1, 2, 3), padding(45, True))):
+        mask_mod = band_block_mask(q, pad, BandSpec(5, dilations, False, 1.0)).mask_mod
+        read = [c.cell_contents for c in mask_mod.__closure__ if isinstance(c.cell_contents, torch.Tensor)]
+        assert len(read) == (3 if dilations == (1, 1, 1) else 4)  # before, after, key_ok (, order)
+        assert all(t.element_size() >= 4 for t in read), [t.dtype for t in read]
+
+
 def test_compiled_cpu_flex_with_our_block_mask():
     """The real compiled kernel visits only the tiles the block mask lists. Two calls of one
     shape, so one compilation: a window wide enough for "full" tiles (mask skipped) inside
