@@ -332,11 +332,14 @@ def pretrain_roberta(masked_lm_data: Path, dictionary: Path, save: Path, updates
 
 def finetune_command(data, save, *args, updates: int, lr: str = "1e-3", batch_size: int = 16) -> list:
     """fairseq-train fine-tuning the tiny model on ``data`` for ``updates`` steps (linear
-    warmup over a tenth then decay), validating once at the end."""
+    warmup over a tenth then decay), validating once at the end (fairseq also validates, and
+    saves a best checkpoint, at every epoch's end, unless the interval in epochs is out of
+    reach: a tiny training set has many epochs)."""
     return [BIN / "fairseq-train", data, *FINETUNE_SIZES, *FINETUNE_COMMON, "--lr", lr, "--clip-norm", "1",
             "--lr-scheduler", "polynomial_decay",
             "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
             "--max-update", str(updates), "--save-dir", save, "--validate-interval-updates", str(updates),
+            "--validate-interval", str(updates),
             "--batch-size", str(batch_size), "--no-last-checkpoints", *args]  # fmt: skip
 
 
