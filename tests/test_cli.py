@@ -183,9 +183,11 @@ def test_time_split_names_where_a_step_spends_its_time():
     from longformer_fs.benchmarks import attention as bench
 
     args = argparse.Namespace(device="cpu", batch=1, heads=2, head_dim=8, dtype="float32")
-    whole, *split = bench.time_split("chunks", bench.Case(256, 8, 1, False, 1), args, top=4)
+    # Enough rows to hold the matrix products whatever the ranking: on a busy machine the
+    # toy step's small operators trade places (a top 4 once held none of them).
+    whole, *split = bench.time_split("chunks", bench.Case(256, 8, 1, False, 1), args, top=16)
     assert whole["name"] == "(whole step)" and whole["ms"] > 0
-    assert len(split) == 4 and all(0 < row["ms"] <= 2 * whole["ms"] and row["calls"] >= 1 for row in split)
+    assert 8 <= len(split) <= 16 and all(0 < row["ms"] <= 2 * whole["ms"] and row["calls"] >= 1 for row in split)
     assert [row["ms"] for row in split] == sorted((row["ms"] for row in split), reverse=True)
     assert any("bmm" in row["name"] or "matmul" in row["name"] or "einsum" in row["name"] for row in split), split
 
