@@ -69,18 +69,27 @@ def run_isolated(function: str, threads: int, **kwargs) -> dict:
 
     The kernel's OOM killer ends a process that outgrows RAM without an exception, so
     large measurements run apart and a kill is reported as a result (``{"error": ...}``).
+    The child is ``python -m`` of this module (:func:`_isolated_main`), as a launcher or a
+    warm start recognises it, rather than ``python -c`` code.
     """
-    module, name = function.split(":")
-    code = (
-        f"import json, torch; torch.set_num_threads({threads}); from {module} import {name}; "
-        f"print('RESULT', json.dumps({name}(**json.loads({json.dumps(json.dumps(kwargs))}))))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    command = [sys.executable, "-m", __name__, function, str(threads), json.dumps(kwargs)]
+    proc = subprocess.run(command, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     reason = "killed: out of memory" if proc.returncode in (-9, 137) else proc.stderr.strip()[-200:]
     return {"error": reason}
+
+
+def _isolated_main(argv: list[str]) -> None:
+    """The child of :func:`run_isolated`: ``FUNCTION THREADS KWARGS_JSON``; prints ``RESULT {...}``."""
+    import importlib
+
+    function, threads, kwargs = argv
+    torch.set_num_threads(int(threads))
+    module, name = function.split(":")
+    result = getattr(importlib.import_module(module), name)(**json.loads(kwargs))
+    print("RESULT", json.dumps(result), flush=True)
 
 
 # Mixed precision as fairseq's --fp16 / --bf16 train: autocast, fp32 master weights.
@@ -109,3 +118,7 @@ def autocast(device: torch.device | str, precision: str):
     """The context a training step of ``precision`` runs its forward in."""
     dtype = PRECISIONS[precision]
     return contextlib.nullcontext() if dtype is None else torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+if __name__ == "__main__":
+    _isolated_main(sys.argv[1:])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BIN, CHAR_LM_TRAINING, ON_CPU, ROOT, TINY_CHAR_LM, free_port, run
+from helpers import BIN, CHAR_LM_TRAINING, ON_CPU, ROOT, TINY_CHAR_LM, command, free_port, run
 
 from longformer_fs.launch import LaunchError, distributed_arguments
 
@@ -123,7 +123,9 @@ def ddp_steps(globals_: str, touch: str) -> subprocess.CompletedProcess:
         globals_,
         touch,
     ]
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    # torchrun itself starts warm (helpers.command); its workers run a script, so each is a
+    # new interpreter, with DDP's own start-up and shutdown.
+    return subprocess.run(command(cmd), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
 
 
 @pytest.mark.parametrize("globals_", ["trainable", "frozen"])
