@@ -46,20 +46,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_out/lm"), help="directory for results.json")
 
 
-def longformer_small(phase: int, checkpoint: bool) -> tuple[LongformerDecoder, str]:
-    """``longformer_lm_small`` with the windows and dilations of recipe phase ``phase``."""
+def longformer_small(phase: int, checkpoint: bool, layers: int | None = None) -> tuple[LongformerDecoder, str]:
+    """``longformer_lm_small`` with the windows and dilations of recipe phase ``phase``; with
+    ``layers`` (the report's ``--toy``), that many of its layers, spread from the first to
+    the last, each with its own window and dilations."""
     recipe = phase_settings("small", phase)
     m = recipe.model
-    layers, heads = m["decoder_layers"], m["decoder_attention_heads"]
-    shape = DecoderShape(
-        VOCAB,
-        PAD,
-        m["decoder_embed_dim"],
-        m["decoder_ffn_embed_dim"],
-        heads,
-        layer_values(recipe.attention_window, layers),
-        dilation_pattern(m["attention_dilation"], layers, heads, m["dilated_heads"]),
-    )
+    depth, heads = m["decoder_layers"], m["decoder_attention_heads"]
+    windows = layer_values(recipe.attention_window, depth)
+    dilations = dilation_pattern(m["attention_dilation"], depth, heads, m["dilated_heads"])
+    if layers is not None:
+        kept = [round(i * (depth - 1) / max(1, layers - 1)) for i in range(layers)]
+        windows, dilations = [windows[i] for i in kept], [dilations[i] for i in kept]
+    shape = DecoderShape(VOCAB, PAD, m["decoder_embed_dim"], m["decoder_ffn_embed_dim"], heads, windows, dilations)
     model = LongformerDecoder(shape, dropout=0.0, checkpoint_activations=checkpoint).train()
     return model, recipe.attention_window
 

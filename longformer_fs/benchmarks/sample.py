@@ -117,8 +117,9 @@ def full_attention(model, context: int, steps: int, repeat: int, device: str) ->
 def measure_context(ours, context: int, steps: int, repeat: int, device: str, phase: int) -> dict:
     """One row: our decoder writing after ``context`` characters, incrementally and by
     recomputing, and ``transformer_lm`` of its width and depth (built here)."""
+    sizes = {**phase_settings("small", phase).model, "decoder_layers": len(ours.blocks)}
     with torch.inference_mode():
-        peer = transformer_lm(context + steps + 1, phase_settings("small", phase).model).to(device).eval()
+        peer = transformer_lm(context + steps + 1, sizes).to(device).eval()
         return {
             "context": context,
             "incremental": incremental(ours, context, steps, repeat, device),

@@ -122,15 +122,23 @@ def matrix_types(path) -> dict[str, int]:
     return {name: names.count(name) for name in set(names) & floating}
 
 
-def test_float16_export_is_within_1e_2(exported, hub_tokenizer, tmp_path):
-    """On weights moved by N(0, 0.1^2): float16 keeps 3 significant digits a step, and the
-    N(0, 0.5^2) models' outputs sit at the edge of 1e-2 after two such layers."""
+@pytest.fixture(scope="module")
+def gentle_qa(hub_tokenizer, tmp_path_factory):
+    """``(HF model, our checkpoint)``: a QA model whose weights moved by N(0, 0.1^2), which
+    float16 and int8 keep close enough to compare (float16 keeps 3 significant digits a
+    step, and the N(0, 0.5^2) models' outputs sit at the edge of 1e-2 after two layers)."""
+    root = tmp_path_factory.mktemp("gentle_qa")
+    theirs = hf_model("qa", hub_tokenizer, std=0.1)
+    save_model(theirs, hub_tokenizer, root / "hf")
+    ok("import-hf", root / "hf", "--out", root / "ckpt")
+    return theirs, root / "ckpt" / "model.pt"
+
+
+def test_float16_export_is_within_1e_2(exported, gentle_qa, tmp_path):
+    """On gentle_qa's weights, within 1e-2 of HF's float32 model."""
     import onnxruntime
 
-    theirs = hf_model("qa", hub_tokenizer, std=0.1)
-    save_model(theirs, hub_tokenizer, tmp_path / "hf")
-    ok("import-hf", tmp_path / "hf", "--out", tmp_path / "ckpt")
-    checkpoint = tmp_path / "ckpt" / "model.pt"
+    theirs, checkpoint = gentle_qa
     report = json.loads(ok("export-onnx", checkpoint, "--out", tmp_path / "qa16.onnx", "--dtype", "float16", "--json"))
     assert report["dtype"] == "float16"
     # The file itself holds half weights (a float32 file with a float16 label would pass the rest).
@@ -143,16 +151,14 @@ def test_float16_export_is_within_1e_2(exported, hub_tokenizer, tmp_path):
         assert_close(session.run(None, batch), hf_outputs(theirs, batch), batch, 1e-2)
 
 
-def test_int8_export_stores_int8_weights_and_keeps_hfs_spans(exported, hub_tokenizer, tmp_path):
-    """``--quantize int8`` on weights moved by N(0, 0.1^2): the file holds int8 matrices, is
+def test_int8_export_stores_int8_weights_and_keeps_hfs_spans(exported, gentle_qa, tmp_path):
+    """``--quantize int8`` on gentle_qa's weights: the file holds int8 matrices, is
     smaller, and its QA spans (the argmax of start and end over each row's real tokens) are
     HF's float32 model's; the report carries the agreement its self-check measured."""
     import onnxruntime
 
-    theirs = hf_model("qa", hub_tokenizer, std=0.1)
-    save_model(theirs, hub_tokenizer, tmp_path / "hf")
-    ok("import-hf", tmp_path / "hf", "--out", tmp_path / "ckpt")
-    report = json.loads(ok("export-onnx", tmp_path / "ckpt" / "model.pt", "--out", tmp_path / "qa8.onnx",
+    theirs, checkpoint = gentle_qa
+    report = json.loads(ok("export-onnx", checkpoint, "--out", tmp_path / "qa8.onnx",
                            "--quantize", "int8", "--json"))  # fmt: skip
     assert report["quantize"] == "int8" and set(report["self_check"]["int8"]) == {"start_logits", "end_logits"}
     assert all(0.5 <= a["top1"] <= 1 for a in report["self_check"]["int8"].values())
