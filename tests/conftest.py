@@ -94,6 +94,31 @@ def pytest_configure(config):
     helpers.VENV = view
 
 
+@pytest.fixture(scope="session")
+def fresh_python(tmp_path_factory):
+    """A ``python`` whose ``-c`` runs are new interpreters that have imported only the
+    libraries under fairseq and the plugin (tests/zygote.py, ``--fresh``), for tests of
+    what a process imports first. LFS_COLD_STARTS=1: this venv's own python."""
+    import zygote
+
+    if os.environ.get("LFS_COLD_STARTS") == "1":
+        yield sys.executable
+        return
+    root = tmp_path_factory.mktemp("fresh_python")
+    address = str(root / "fresh.socket")
+    Path(address + zygote.STARTING).touch()  # runs wait for it rather than start cold
+    with open(root / "fresh.log", "w") as log:
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "zygote.py"), address, "--fresh"],
+                                  stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=ROOT)  # fmt: skip
+    os.environ[zygote.FRESH_ENV] = address
+    try:
+        yield str(zygote.write_fresh_shim(root / "python", BIN))
+    finally:
+        del os.environ[zygote.FRESH_ENV]
+        server.stdin.close()
+        server.wait(timeout=60)
+
+
 def pytest_unconfigure(config):
     if "server" in _WARM:
         _WARM["server"].stdin.close()

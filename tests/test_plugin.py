@@ -29,8 +29,9 @@ MISSING_REGISTRATIONS = (
 )
 
 
-def python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def python(code: str, interpreter: str = sys.executable) -> subprocess.CompletedProcess:
+    """``python -c CODE``: this venv's interpreter, or conftest's ``fresh_python``."""
+    return subprocess.run([interpreter, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 # What a process imports first, by case: whatever it is, the plugin must end up registered.
@@ -55,15 +56,17 @@ COMMAND_HELP = "import sys\nfrom longformer_fs.cli import main\nsys.exit(main(['
 
 
 @pytest.fixture(scope="module")
-def registrations():
-    """Each case's fresh interpreter, fairseq's user-dir loading, a command's help and
-    fairseq-train's, all started together (importing fairseq is one core's work for
-    seconds): ``{case: (exit code, stdout, stderr)}``. fairseq-train's help is the one
+def registrations(fresh_python):
+    """Each case's fresh interpreter (conftest's fresh_python: fairseq and the plugin not yet
+    imported), fairseq's user-dir loading, a command's help and fairseq-train's, all
+    started together: ``{case: (exit code, stdout, stderr)}``. fairseq-train's help is the
     warm start (helpers.command): it checks fairseq's parser, not a fresh import, which
-    the other cases check."""
-    commands = {case: [sys.executable, "-c", first + MISSING_REGISTRATIONS] for case, first in FIRST_IMPORTS.items()}
-    commands["user-dir"] = [sys.executable, "-c", USER_DIR + MISSING_REGISTRATIONS]
-    commands["command-help"] = [sys.executable, "-c", COMMAND_HELP]
+    the other cases check. (Checked: with ``register_when_fairseq_loads()`` taken out of
+    ``longformer_fs/__init__.py``, every case here misses registrations, and the same ones,
+    in fresh_python as in new interpreters of this venv.)"""
+    commands = {case: [fresh_python, "-c", first + MISSING_REGISTRATIONS] for case, first in FIRST_IMPORTS.items()}
+    commands["user-dir"] = [fresh_python, "-c", USER_DIR + MISSING_REGISTRATIONS]
+    commands["command-help"] = [fresh_python, "-c", COMMAND_HELP]
     commands["fairseq-train-help"] = command([BIN / "fairseq-train", "--user-dir", "longformer_fs", "--help"])
     processes = {
         case: subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -105,7 +108,7 @@ def test_fairseq_train_accepts_user_dir(registrations):
     assert "--user-dir" in out
 
 
-def test_importing_the_package_waits_for_fairseq_and_changes_nothing_else():
+def test_importing_the_package_waits_for_fairseq_and_changes_nothing_else(fresh_python):
     """The package alone registers nothing (fairseq is not there): it adds one import hook,
     which registers the plugin once fairseq is imported and leaves with it, and leaves
     torch.load's safe globals, logging and warnings filters as they were."""
@@ -123,14 +126,15 @@ def test_importing_the_package_waits_for_fairseq_and_changes_nothing_else():
         "import fairseq\n"
         "from fairseq.tasks import TASK_REGISTRY\n"
         "left = [type(f).__name__ for f in sys.meta_path if type(f).__name__ == '_AfterFairseq']\n"
-        "print(left, 'longformer_char_lm' in TASK_REGISTRY, type(fairseq.__loader__).__name__)\n"
+        "print(left, 'longformer_char_lm' in TASK_REGISTRY, type(fairseq.__loader__).__name__)\n",
+        fresh_python,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False", "['_AfterFairseq']", "[]", "True", "SourceFileLoader"]
 
 
 def test_importing_the_package_first_leaves_fairseqs_loader_able_to_load_our_checkpoints(
-    tiny_char_lm, longformer_hub, tmp_path
+    tiny_char_lm, longformer_hub, tmp_path, fresh_python
 ):
     """The natural first lines of a notebook: the plugin, then fairseq's own loader, on a
     trained character LM and on an import-hf output (its settings pickle a Namespace)."""
@@ -144,12 +148,12 @@ def test_importing_the_package_first_leaves_fairseqs_loader_able_to_load_our_che
         "    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=data)\n"
         "    print(type(models[0]).__name__, type(task).__name__)\n"
     ).format(cases=[(str(tiny_char_lm[0]), {}), (str(tmp_path / "imported" / "model.pt"), {})])
-    result = python(code)
+    result = python(code, fresh_python)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["LongformerLanguageModel", "CharLMTask", "LongformerRobertaModel", "MaskedLMTask"]
 
 
-def test_loaders_and_registration_read_checkpoints_that_pickle_a_namespace(tmp_path):
+def test_loaders_and_registration_read_checkpoints_that_pickle_a_namespace(tmp_path, fresh_python):
     """Pre-Hydra fairseq checkpoints (and flag-trained ones of argparse-style models) pickle
     an argparse.Namespace, which torch>=2.6 refuses; our loaders, and the registration with
     fairseq (whose commands load them), allow it. Three fresh interpreters, side by side."""
@@ -163,7 +167,7 @@ def test_loaders_and_registration_read_checkpoints_that_pickle_a_namespace(tmp_p
     allow = "from longformer_fs.checkpoint_files import allow_argparse_checkpoints as a; a(); "
     cases = {"import longformer_fs; ": False, "import longformer_fs.models; ": True, allow: True}
     processes = {
-        first: subprocess.Popen([sys.executable, "-c", first + load], cwd=ROOT, stdout=subprocess.PIPE,
+        first: subprocess.Popen([fresh_python, "-c", first + load], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         for first in cases
     }  # fmt: skip

@@ -12,8 +12,14 @@ or any command when no zygote runs, is executed as it always was.
 Commands keep their meaning: the same entry points, a fresh fork of a process that never
 computed (no thread pool to inherit), logging reset to a new interpreter's before the
 command configures it, the caller's streams and exit status. What a fork cannot give is a
-new interpreter's import order and its shutdown: tests of those (the plugin's
-registration, runs that must exit cleanly) start real processes (``real=True``).
+new interpreter's import order and its shutdown: tests of those (runs that must exit
+cleanly) start real processes (``real=True``).
+
+The plugin's registration depends on what a process imports first, of fairseq and the
+plugin: its tests run ``python -c`` in a second kind of server (``--fresh``), which has
+imported only the libraries under them (torch, NumPy, scikit-learn, SciPy, pandas: 5 of
+fairseq's 7 s of imports here), never fairseq, transformers or the plugin
+(:data:`FRESH_PRELOAD`; conftest's ``fresh_python``).
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ TOOLS = {
 }
 MODULES = ("longformer_fs", "fairseq_cli")
 ENV = "LFS_ZYGOTE"
+# The fresh server: what it imports before forking (third-party libraries only), the
+# address its shim reads, and the shim's tool name.
+FRESH_PRELOAD = ("torch", "numpy", "sklearn.metrics", "scipy.stats", "pandas")
+FRESH_ENV = "LFS_FRESH_PYTHON"
+FRESH = "python-fresh"
 STARTING = ".starting"  # beside the socket while the zygote imports
 
 
@@ -48,9 +59,12 @@ STARTING = ".starting"  # beside the socket while the zygote imports
 def client(tool: str, real: str) -> None:
     """A shim's body: run ``tool`` (``sys.argv[1:]``) in the zygote, or ``real`` itself."""
     args = sys.argv[1:]
-    address = os.environ.get(ENV)
+    address = os.environ.get(FRESH_ENV if tool == FRESH else ENV)
     plain = args[1:] if tool == "python" and args[:1] == ["-u"] else args  # torchrun's workers: unbuffered
-    routed = tool != "python" or (len(plain) >= 2 and plain[0] == "-m" and plain[1].split(".")[0] in MODULES)
+    if tool == FRESH:
+        routed = len(args) >= 2 and args[0] == "-c"
+    else:
+        routed = tool != "python" or (len(plain) >= 2 and plain[0] == "-m" and plain[1].split(".")[0] in MODULES)
     if not address or not routed:
         os.execv(real, [real, *args])
     if plain is not args:
@@ -100,6 +114,17 @@ def write_shims(directory: Path, real_bin: Path) -> Path:
     return directory
 
 
+def write_fresh_shim(path: Path, real_bin: Path) -> Path:
+    """A ``python`` at ``path`` whose ``-c`` runs go to the fresh server (:data:`FRESH_ENV`)."""
+    here = Path(__file__).resolve().parent
+    path.write_text(
+        f"#!{real_bin / 'python'} -S\nimport sys\nsys.path.insert(0, {str(here)!r})\n"
+        f"from zygote import client\nclient({FRESH!r}, {str(real_bin / 'python')!r})\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
 # ------------------------------------------------------------------------------ the server
 
 
@@ -124,7 +149,14 @@ def _run(request: dict) -> int:
         root.removeHandler(handler)
     root.setLevel(logging.WARNING)
     try:
-        if tool == "python":
+        if tool == FRESH:  # python -c CODE ARGS, as a new interpreter runs it
+            import types
+
+            sys.argv = ["-c", *args[2:]]
+            sys.path.insert(0, "")
+            main = sys.modules["__main__"] = types.ModuleType("__main__")
+            exec(compile(args[1], "<string>", "exec"), main.__dict__)
+        elif tool == "python":
             module = args[1]
             if module == "longformer_fs.launch" and args[2:3] == ["fairseq-train"]:
                 importlib.reload(importlib.import_module("fairseq_cli.train"))  # its logging set-up
@@ -175,7 +207,8 @@ def _child(request: dict, fds: list[int]) -> None:
             stream.reconfigure(line_buffering=True)
     for entry in reversed([p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]):
         sys.path.insert(0, entry)
-        _alias_package(Path(entry))
+        if request["tool"] != FRESH:  # the fresh server's children import the plugin themselves
+            _alias_package(Path(entry))
     status = _run(request)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -193,21 +226,20 @@ def _alias_package(entry: Path) -> None:
         longformer_fs.__path__.append(str(alias))
 
 
-def serve(address: str) -> None:
-    """Import what the commands need, then fork a child per request until stdin closes."""
+def serve(address: str, fresh: bool = False) -> None:
+    """Import what the commands need (``fresh``: :data:`FRESH_PRELOAD` only), then fork a
+    child per request until stdin closes."""
     try:
+        _preload_fresh() if fresh else _preload_commands()
         _serve(address)
     finally:
         Path(address + STARTING).unlink(missing_ok=True)
 
 
-def _serve(address: str) -> None:
-    import selectors
-    import signal
-
+def _preload_commands() -> None:
     os.environ.pop(ENV, None)
     import fairseq  # noqa: F401
-    import torch  # noqa: F401
+    import torch
     import transformers  # noqa: F401
 
     import longformer_fs.cli  # noqa: F401
@@ -217,6 +249,22 @@ def _serve(address: str) -> None:
     for entry in TOOLS.values():
         __import__(entry.split(":")[0])
     assert not torch.cuda.is_initialized()
+
+
+def _preload_fresh() -> None:
+    import importlib
+
+    os.environ.pop(FRESH_ENV, None)
+    for name in FRESH_PRELOAD:
+        importlib.import_module(name)
+    owned = [m for m in sys.modules if m.split(".")[0] in ("fairseq", "fairseq_cli", "longformer_fs", "transformers")]
+    assert not owned, f"the fresh server imported {owned[:5]}"
+
+
+def _serve(address: str) -> None:
+    import selectors
+    import signal
+
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if p != here]  # a command's own interpreter would not see tests/
 
@@ -224,7 +272,7 @@ def _serve(address: str) -> None:
     listener.bind(address + ".new")
     listener.listen(64)
     os.replace(address + ".new", address)  # connectable from the moment it exists
-    Path(address + STARTING).unlink()
+    Path(address + STARTING).unlink(missing_ok=True)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     selector.register(sys.stdin, selectors.EVENT_READ)  # the test worker's end: closed, we stop
@@ -263,4 +311,4 @@ def _serve(address: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], fresh=sys.argv[2:] == ["--fresh"])
