@@ -215,8 +215,8 @@ def test_bench_rejects_unknown_implementation(tmp_path, capsys):
 
 
 def test_bench_lm_measures_both_models_and_the_phase5_step(tmp_path):
-    """As a process (a warm start here): each model is measured in a child of its own, started
-    as ``python -m``, which a process's own interpreter starts too."""
+    """As a process (a warm start here): both models are measured in it, and the phase-5
+    step in run_isolated's child, ``python -m``, which starts warm too."""
     printed = run(BIN / "longformer-fs", "bench", "lm", "--seq-lens", "64", "--repeat", "1", "--phase5-len", "96",
                   "--out", tmp_path)  # fmt: skip
     data = json.loads((tmp_path / "results.json").read_text())
@@ -259,9 +259,9 @@ def test_bench_scale_runs_fairseq_in_several_processes(tmp_path):
     interpreter, so they start warm too."""
     printed = run(BIN / "longformer-fs", "bench", "scale", "--processes", "2", "--seq-len", "64", "--updates", "2",
                   "--warmup", "1", "--layers", "1", "--width", "16", "--out", tmp_path)  # fmt: skip
-    run_ = json.loads((tmp_path / "results.json").read_text())["runs"][0]
-    assert run_["processes"] == 2 and run_["steps_per_s"] > 0, run_
-    assert run_["sequences_per_s"] == pytest.approx(2 * run_["steps_per_s"])
+    result = json.loads((tmp_path / "results.json").read_text())["runs"][0]
+    assert result["processes"] == 2 and result["steps_per_s"] > 0, result
+    assert result["sequences_per_s"] == pytest.approx(2 * result["steps_per_s"])
     assert "sequences/s" in printed
 
 

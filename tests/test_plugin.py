@@ -59,14 +59,16 @@ COMMAND_HELP = "import sys\nfrom longformer_fs.cli import main\nsys.exit(main(['
 def registrations(fresh_python):
     """Each case's fresh interpreter (conftest's fresh_python: fairseq and the plugin not yet
     imported), fairseq's user-dir loading, a command's help and fairseq-train's, all
-    started together: ``{case: (exit code, stdout, stderr)}``. fairseq-train's help is the
-    warm start (helpers.command): it checks fairseq's parser, not a fresh import, which
-    the other cases check. (Checked: with ``register_when_fairseq_loads()`` taken out of
-    ``longformer_fs/__init__.py``, every case here misses registrations, and the same ones,
-    in fresh_python as in new interpreters of this venv.)"""
+    started together: ``{case: (exit code, stdout, stderr)}``. The command's help is a new
+    interpreter: what any import prints (torch's, NumPy's, fairseq's) must not reach its
+    stderr. fairseq-train's help is the warm start (helpers.command): it checks fairseq's
+    parser, not a fresh import, which the other cases check. (Checked: with
+    ``register_when_fairseq_loads()`` taken out of ``longformer_fs/__init__.py``, every
+    case here misses registrations, and the same ones, in fresh_python as in new
+    interpreters of this venv.)"""
     commands = {case: [fresh_python, "-c", first + MISSING_REGISTRATIONS] for case, first in FIRST_IMPORTS.items()}
     commands["user-dir"] = [fresh_python, "-c", USER_DIR + MISSING_REGISTRATIONS]
-    commands["command-help"] = [fresh_python, "-c", COMMAND_HELP]
+    commands["command-help"] = [sys.executable, "-c", COMMAND_HELP]
     commands["fairseq-train-help"] = command([BIN / "fairseq-train", "--user-dir", "longformer_fs", "--help"])
     processes = {
         case: subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -11,15 +11,18 @@ or any command when no zygote runs, is executed as it always was.
 
 Commands keep their meaning: the same entry points, a fresh fork of a process that never
 computed (no thread pool to inherit), logging reset to a new interpreter's before the
-command configures it, the caller's streams and exit status. What a fork cannot give is a
-new interpreter's import order and its shutdown: tests of those (runs that must exit
-cleanly) start real processes (``real=True``).
+command configures it, the caller's streams and exit status. What a fork of this server
+cannot give is a new interpreter's import order and its shutdown: tests of its shutdown
+(runs that must exit cleanly), and of imports that torch must not be among, start real
+processes (``real=True``).
 
 The plugin's registration depends on what a process imports first, of fairseq and the
 plugin: its tests run ``python -c`` in a second kind of server (``--fresh``), which has
 imported only the libraries under them (torch, NumPy, scikit-learn, SciPy, pandas: 5 of
 fairseq's 7 s of imports here), never fairseq, transformers or the plugin
-(:data:`FRESH_PRELOAD`; conftest's ``fresh_python``).
+(:data:`FRESH_PRELOAD`; conftest's ``fresh_python``). What both servers fix at their start
+is theirs, not the request's: settings read once at import (``PYTHONWARNINGS``,
+``TORCH_*``), and what their imports printed (in the server's log).
 """
 
 from __future__ import annotations
@@ -80,8 +83,9 @@ def client(tool: str, real: str) -> None:
     except OSError:
         os.execv(real, [real, *args])
     # The child's sys.executable: this shims' python, so that what it starts in turn (a
-    # command found next to the interpreter, python -m ...) starts warm too.
-    python = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "python")
+    # command found next to the interpreter, python -m ...) starts warm too; a fresh
+    # interpreter's is the real one, beside the venv's commands.
+    python = real if tool == FRESH else os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "python")
     request = {"tool": tool, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "executable": python}
     request = json.dumps(request).encode()
     socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [0, 1, 2])
@@ -92,8 +96,9 @@ def client(tool: str, real: str) -> None:
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, lambda n, _: os.kill(pid, n))
     status = int(reader.readline() or "-9")
-    if status < 0:
-        signal.signal(-status, signal.SIG_DFL)
+    if status < 0:  # the same signal ends this process (SIGKILL's disposition cannot be set)
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     sys.exit(status)
 
@@ -102,24 +107,21 @@ def write_shims(directory: Path, real_bin: Path) -> Path:
     """Shims for :data:`TOOLS` and ``python`` in ``directory``, each falling back to its
     namesake in ``real_bin``; returns ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    here = Path(__file__).resolve().parent
     for name in [*TOOLS, "python", "python3"]:
-        shim = directory / name
-        tool = "python" if name.startswith("python") else name
-        shim.write_text(
-            f"#!{real_bin / 'python'} -S\nimport sys\nsys.path.insert(0, {str(here)!r})\n"
-            f"from zygote import client\nclient({tool!r}, {str(real_bin / name)!r})\n"
-        )
-        shim.chmod(0o755)
+        _write_shim(directory / name, "python" if name.startswith("python") else name, real_bin / name, real_bin)
     return directory
 
 
 def write_fresh_shim(path: Path, real_bin: Path) -> Path:
     """A ``python`` at ``path`` whose ``-c`` runs go to the fresh server (:data:`FRESH_ENV`)."""
+    return _write_shim(path, FRESH, real_bin / "python", real_bin)
+
+
+def _write_shim(path: Path, tool: str, real: Path, real_bin: Path) -> Path:
     here = Path(__file__).resolve().parent
     path.write_text(
         f"#!{real_bin / 'python'} -S\nimport sys\nsys.path.insert(0, {str(here)!r})\n"
-        f"from zygote import client\nclient({FRESH!r}, {str(real_bin / 'python')!r})\n"
+        f"from zygote import client\nclient({tool!r}, {str(real)!r})\n"
     )
     path.chmod(0o755)
     return path
@@ -155,7 +157,7 @@ def _run(request: dict) -> int:
             sys.argv = ["-c", *args[2:]]
             sys.path.insert(0, "")
             main = sys.modules["__main__"] = types.ModuleType("__main__")
-            exec(compile(args[1], "<string>", "exec"), main.__dict__)
+            exec(compile(args[1], "<string>", "exec", dont_inherit=True), main.__dict__)  # no __future__ of ours
         elif tool == "python":
             module = args[1]
             if module == "longformer_fs.launch" and args[2:3] == ["fairseq-train"]:
@@ -230,7 +232,10 @@ def serve(address: str, fresh: bool = False) -> None:
     """Import what the commands need (``fresh``: :data:`FRESH_PRELOAD` only), then fork a
     child per request until stdin closes."""
     try:
-        _preload_fresh() if fresh else _preload_commands()
+        if fresh:
+            _preload_fresh()
+        else:
+            _preload_commands()
         _serve(address)
     finally:
         Path(address + STARTING).unlink(missing_ok=True)
@@ -311,4 +316,6 @@ def _serve(address: str) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[2:] not in ([], ["--fresh"]):
+        sys.exit(f"usage: zygote.py SOCKET [--fresh], not {sys.argv[1:]}")
     serve(sys.argv[1], fresh=sys.argv[2:] == ["--fresh"])

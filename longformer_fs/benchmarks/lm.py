@@ -63,6 +63,11 @@ def longformer_small(phase: int, checkpoint: bool, layers: int | None = None) ->
     return model, recipe.attention_window
 
 
+def peer_sizes(ours: LongformerDecoder, phase: int) -> dict:
+    """The size preset's model settings, as deep as ``ours``: what its transformer_lm peer is built with."""
+    return {**phase_settings("small", phase).model, "decoder_layers": len(ours.blocks)}
+
+
 def transformer_lm(seq_len: int, model: dict):
     """fairseq's ``transformer_lm`` as wide and deep as a char-LM size preset, full attention."""
     dictionary = Dictionary()

@@ -72,7 +72,7 @@ def run_isolated(function: str, threads: int, **kwargs) -> dict:
     The child is ``python -m`` of this module (:func:`_isolated_main`), as a launcher or a
     warm start recognises it, rather than ``python -c`` code.
     """
-    command = [sys.executable, "-m", __name__, function, str(threads), json.dumps(kwargs)]
+    command = [sys.executable, "-m", __spec__.name, function, str(threads), json.dumps(kwargs)]
     proc = subprocess.run(command, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):

@@ -24,10 +24,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..recipes import phase_settings
 from . import int_list as _int_list
 from . import write_results
-from .lm import VOCAB, longformer_small, transformer_lm
+from .lm import VOCAB, longformer_small, peer_sizes, transformer_lm
 from .measure import add_device_arguments, median_time, peak_memory_bytes, precision_of
 
 MIB = 2**20
@@ -117,9 +116,8 @@ def full_attention(model, context: int, steps: int, repeat: int, device: str) ->
 def measure_context(ours, context: int, steps: int, repeat: int, device: str, phase: int) -> dict:
     """One row: our decoder writing after ``context`` characters, incrementally and by
     recomputing, and ``transformer_lm`` of its width and depth (built here)."""
-    sizes = {**phase_settings("small", phase).model, "decoder_layers": len(ours.blocks)}
     with torch.inference_mode():
-        peer = transformer_lm(context + steps + 1, sizes).to(device).eval()
+        peer = transformer_lm(context + steps + 1, peer_sizes(ours, phase)).to(device).eval()
         return {
             "context": context,
             "incremental": incremental(ours, context, steps, repeat, device),

@@ -311,7 +311,7 @@ def lm(ctx: Context) -> dict:
     ours, windows = bench_lm.longformer_small(1, checkpoint=False, layers=layers)
     mine = bench_lm.measure(ours, seq_len, repeat, ctx.device, precision)
     ctx.record(seq_len=seq_len, precision=precision, windows=windows, layers=len(ours.blocks), longformer_lm_small=mine)
-    sizes = {**bench_lm.phase_settings("small", 1).model, "decoder_layers": len(ours.blocks)}
+    sizes = bench_lm.peer_sizes(ours, 1)
     del ours
     _release(ctx.device)
     peer = bench_lm.transformer_lm(seq_len, sizes)
@@ -364,11 +364,12 @@ def led(ctx: Context) -> dict:
 
 def sample(ctx: Context) -> dict:
     """``bench sample`` at 8K and 32K characters of context."""
-    contexts, steps, repeat = _pick(ctx, ((8192, 32768), 8, 3), ((128, 512), 4, 1))
+    contexts, steps, repeat, layers = _pick(ctx, ((8192, 32768), 8, 3, None), ((128, 512), 4, 1, TOY_LM_LAYERS))
     rows = []
     torch.manual_seed(0)
-    ours, _ = bench_lm.longformer_small(1, checkpoint=False, layers=_pick(ctx, None, TOY_LM_LAYERS))
+    ours, _ = bench_lm.longformer_small(1, checkpoint=False, layers=layers)
     ours = ours.to(ctx.device).eval()
+    ctx.record(layers=len(ours.blocks))
     for context in contexts:
         rows.append(bench_sample.measure_context(ours, context, steps, repeat, ctx.device, phase=1))
         ctx.record(rows=rows, steps=steps)

@@ -110,8 +110,8 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bart(data, tmp_path_factory):
     """A released-BART-like directory (model.pt + dict.txt) from a real fairseq-train: 200
-    updates of 16 documents (the LED fine-tuned from it scores ROUGE-2 100 in Table 11, as
-    after 200 updates of 32, in half the time)."""
+    updates of BART_TRAINING's 16 documents (the LED fine-tuned from it scores ROUGE-2 100
+    in Table 11, as after 200 updates of 32, in half the time)."""
     save = tmp_path_factory.mktemp("bart")
     run(
         BIN / "fairseq-train",
@@ -128,8 +128,6 @@ def bart(data, tmp_path_factory):
         "inverse_sqrt",
         "--warmup-updates",
         "50",
-        "--batch-size",
-        "16",
         "--max-update",
         "200",
         "--save-dir",
