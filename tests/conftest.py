@@ -6,7 +6,6 @@ are in helpers.py."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -84,11 +83,7 @@ def pytest_configure(config):
     for entry in (ROOT / ".venv" / "bin").iterdir():
         (view / "bin" / entry.name).symlink_to(shims / entry.name if (shims / entry.name).exists() else entry)
     (view / ".installed").touch()
-    address = str(root / "zygote.socket")
-    Path(address + zygote.STARTING).touch()  # commands wait for it rather than start cold
-    with open(root / "zygote.log", "w") as log:
-        _WARM["server"] = subprocess.Popen([sys.executable, str(ROOT / "tests" / "zygote.py"), address],
-                                           stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=ROOT)  # fmt: skip
+    _WARM["server"], address = zygote.start(root)  # commands wait for it rather than start cold
     _WARM["root"] = root
     os.environ[zygote.ENV] = address
     helpers.VENV = view
@@ -107,10 +102,7 @@ def fresh_python():
         yield sys.executable
         return
     root = Path(tempfile.mkdtemp(prefix="lfs-fresh-"))  # short: a socket's path has at most 107 bytes
-    address = str(root / "fresh.socket")
-    with open(root / "fresh.log", "w") as log:
-        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "zygote.py"), address, "--fresh"],
-                                  stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=ROOT)  # fmt: skip
+    server, address = zygote.start(root, fresh=True)
     deadline = time.monotonic() + 120
     while not os.path.exists(address):  # a server that cannot start fails here, not silently cold
         assert server.poll() is None and time.monotonic() < deadline, (root / "fresh.log").read_text()[-3000:]

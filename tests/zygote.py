@@ -127,6 +127,21 @@ def _write_shim(path: Path, tool: str, real: Path, real_bin: Path) -> Path:
     return path
 
 
+def start(root: Path, fresh: bool = False):
+    """A server (``fresh``: the fresh kind) listening in ``root`` and logging to a file
+    there: ``(its Popen, its socket's address)``. Until it listens, commands sent to it wait
+    (:data:`STARTING`). Closing its stdin stops it."""
+    import subprocess  # here, not at the top: every shim imports this module
+
+    here, name = Path(__file__).resolve(), "fresh" if fresh else "zygote"
+    address = str(root / f"{name}.socket")
+    Path(address + STARTING).touch()
+    with open(root / f"{name}.log", "w") as log:
+        server = subprocess.Popen([sys.executable, str(here), address, *(["--fresh"] if fresh else [])],
+                                  stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=here.parents[1])  # fmt: skip
+    return server, address
+
+
 # ------------------------------------------------------------------------------ the server
 
 
