@@ -276,7 +276,7 @@ $(STAMP): $(INSTALL_INPUTS)
 	@# against torch, hence --no-build-isolation (about 3 minutes on 2 cores, once).
 	$(PIP) install -q -c constraints.txt -r requirements.txt -r requirements-test.txt -r requirements-onnx.txt
 	$(PIP) install -q --no-deps --no-build-isolation $(FAIRSEQ_PIN)
-	@# Editable install; this also compiles the cuda_ext kernels (about a minute).
+	@# Editable install; this also compiles the cuda_ext kernels (about 30 s).
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	@touch $@
 	@echo ">> installed; run 'make test' or '$(VENV)/bin/longformer-fs info'"

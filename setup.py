@@ -34,7 +34,9 @@ def extensions():
     from torch.utils import cpp_extension
 
     march = os.environ.get("LONGFORMER_FS_MARCH", "native")
-    cxx = ["-O3", "-fopenmp", f"-march={march}"]
+    # -g0 overrides the -g of Python's own CFLAGS: debug info for torch's and pybind11's
+    # headers more than doubled binding.cpp's compile (66 s against 29 s on 2 cores).
+    cxx = ["-O3", "-g0", "-fopenmp", f"-march={march}"]
     sources = [f"{EXT}/binding.cpp", f"{EXT}/cpu/band_attention_cpu.cpp"]
     include = [str(ROOT / EXT / "include")]
     want_cuda = (

@@ -117,6 +117,12 @@ def fresh_python():
         shutil.rmtree(root, ignore_errors=True)
 
 
+def pytest_collection_finish(session):
+    import zygote
+
+    zygote.quiet_collector()  # every test module's imports are in: out of the collector's way
+
+
 def pytest_unconfigure(config):
     if "server" in _WARM:
         _WARM["server"].stdin.close()
