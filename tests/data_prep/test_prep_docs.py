@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import BIN, ROOT, cli
+from helpers import BIN, ROOT, cli, command
 
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
@@ -226,9 +226,9 @@ def tokenizer_args(d: Path) -> list:
 
 
 def prep_docs(*args) -> subprocess.CompletedProcess:
-    """``longformer-fs prep docs ARGS`` as its own process (its workers are processes too)."""
+    """``longformer-fs prep docs ARGS`` as its own process, warm (its workers are processes too)."""
     cmd = [BIN / "longformer-fs", "prep", "docs", *args]
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return subprocess.run(command(cmd), capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 
 def run_prep(corpus, pdfs, out, *extra):

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 from helpers import ROOT, ok
@@ -84,18 +83,20 @@ def stub(tmp_path_factory):
     return root
 
 
+INFO = "import sys\nfrom longformer_fs.cli import main\nsys.exit(main(['info', '--json']))\n"
+
+
 @pytest.fixture(scope="module")
-def outputs(stub):
+def outputs(stub, fresh_python):
     """Training and ``longformer-fs info --json``, each without and with the stub:
-    ``{(what, with_apex): stdout}``. With it, fresh interpreters importing fairseq with the
-    stub on their path, side by side; without it, this process (no apex either; its
-    fairseq imported without one)."""
-    runs = {"train": ["-c", TRAIN], "info": ["-m", "longformer_fs.cli", "info", "--json"]}
+    ``{(what, with_apex): stdout}``. With it, fresh interpreters (conftest's fresh_python:
+    fairseq not yet imported) importing fairseq with the stub on their path, side by side;
+    without it, this process (no apex either; its fairseq imported without one)."""
     env = dict(os.environ, PYTHONPATH=str(stub) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     processes = {
-        (what, True): subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        (what, True): subprocess.Popen([fresh_python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        text=True, cwd=ROOT, env=env)
-        for what, args in runs.items()
+        for what, code in (("train", TRAIN), ("info", INFO))
     }  # fmt: skip
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 import torch
-from helpers import BIN, ROOT, compose_recipe
+from helpers import BIN, ROOT, command, compose_recipe
 from omegaconf import OmegaConf
 
 from longformer_fs.precision import FitToDevice
@@ -65,8 +65,8 @@ def test_bfloat16_on_a_gpu_without_it_is_refused(monkeypatch, capsys):
 
 def test_fairseq_hydra_train_run_directly_refuses_in_one_line():
     result = subprocess.run(
-        [BIN / "fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "finetune", "--config-name", "imdb",
-         *NEEDED, "common.fp16=true"],
+        command([BIN / "fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "finetune", "--config-name", "imdb",
+                 *NEEDED, "common.fp16=true"]),
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
