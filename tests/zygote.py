@@ -47,6 +47,7 @@ TOOLS = {
     "torchrun": "torch.distributed.run:main",  # its workers start as sys.executable -u -m ...: warm too
 }
 MODULES = ("longformer_fs", "fairseq_cli")
+SCRIPTS = Path(__file__).resolve().parent  # and ``python SCRIPT`` of the tests' own scripts
 ENV = "LFS_ZYGOTE"
 # The fresh server: what it imports before forking (third-party libraries only), the
 # address its shim reads, and the shim's tool name.
@@ -68,6 +69,7 @@ def client(tool: str, real: str) -> None:
         routed = len(args) >= 2 and args[0] == "-c"
     else:
         routed = tool != "python" or (len(plain) >= 2 and plain[0] == "-m" and plain[1].split(".")[0] in MODULES)
+        routed = routed or (tool == "python" and plain[:1] and _is_test_script(plain[0]))
     if not address or not routed:
         os.execv(real, [real, *args])
     if plain is not args:
@@ -101,6 +103,10 @@ def client(tool: str, real: str) -> None:
             signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     sys.exit(status)
+
+
+def _is_test_script(arg: str) -> bool:
+    return arg.endswith(".py") and Path(arg).resolve().is_relative_to(SCRIPTS) and Path(arg).is_file()
 
 
 def write_shims(directory: Path, real_bin: Path) -> Path:
@@ -173,6 +179,10 @@ def _run(request: dict) -> int:
             sys.path.insert(0, "")
             main = sys.modules["__main__"] = types.ModuleType("__main__")
             exec(compile(args[1], "<string>", "exec", dont_inherit=True), main.__dict__)  # no __future__ of ours
+        elif tool == "python" and args[0] != "-m":  # python SCRIPT ARGS
+            sys.argv = list(args)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+            runpy.run_path(args[0], run_name="__main__")
         elif tool == "python":
             module = args[1]
             if module == "longformer_fs.launch" and args[2:3] == ["fairseq-train"]:

@@ -123,8 +123,9 @@ def ddp_steps(globals_: str, touch: str) -> subprocess.CompletedProcess:
         globals_,
         touch,
     ]
-    # torchrun itself starts warm (helpers.command); its workers run a script, so each is a
-    # new interpreter, with DDP's own start-up and shutdown.
+    # torchrun and its workers start warm (helpers.command; the script is one of tests/'): DDP's
+    # own start-up is the workers' and the checks are on the steps, not on how a process exits
+    # (test_a_finished_run_exits_0... starts new interpreters for that).
     return subprocess.run(command(cmd), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
 
 
