@@ -164,13 +164,14 @@ START_FIRST = (
 # is seen the day it lands. Measured set-ups: the table printed at the end of every run.
 SETUP_SHARE = 60
 SETUP_SHARES = {
-    "finetune/test_finetune.py": 230,  # five fine-tuning runs and the pretraining: 153-165 s (183 s in batches of 16)
-    "export/test_export_onnx.py": 220,  # three exports and gentle_qa's import: 96-98 s
-    "finetune/test_coref.py": 110,  # 250 masked-LM updates, two span-model runs of 95 updates: 76 s
-    "summarization/test_led.py": 130,  # BART, LED and their fine-tuning: 92 s
-    "mlm/test_longformer_roberta.py": 90,  # 55 s
+    # Measured CI's way (2 workers) after the collector stopped walking the imports (961f188).
+    "finetune/test_finetune.py": 215,  # five fine-tuning runs and the pretraining: 134-144 s
+    "export/test_export_onnx.py": 115,  # three exports and gentle_qa's import: 76-77 s
+    "finetune/test_coref.py": 100,  # 250 masked-LM updates, two span-model runs of 95 updates: 65-67 s
+    "summarization/test_led.py": 100,  # BART, LED and their fine-tuning: 61-65 s
+    "mlm/test_longformer_roberta.py": 80,  # tiny_roberta's 600 updates: 51-52 s
     "test_plugin.py": 40,  # fresh interpreters, on purpose: 15-21 s (34-42 s when each was a new one)
-    "journeys/test_journey_deploy_led.py": 100,  # the LED's three ONNX files traced and checked: 45-57 s
+    "journeys/test_journey_deploy_led.py": 80,  # the LED's three ONNX files traced and checked: 40-53 s
 }
 _SETUP_SECONDS: dict[str, float] = {}
 
@@ -185,7 +186,14 @@ def pytest_runtest_logreport(report):
         _SETUP_SECONDS[module] = _SETUP_SECONDS.get(module, 0.0) + report.duration
 
 
-def _over_budget() -> dict[str, float]:
+def _over_budget(config) -> dict[str, float]:
+    """Modules over their share, in the setting the shares were measured in: `make test`'s
+    workers, one intra-op thread each. A run of one module in one process (the pages'
+    ``make test TEST_WORKERS=0 PYTEST_ARGS="-s ..."``) runs its processes with two threads,
+    side by side, and is not held to them: test_led's set-up took 129 s there, 61-65 s in
+    CI's way."""
+    if not getattr(config.option, "numprocesses", None):
+        return {}
     return {m: s for m, s in _SETUP_SECONDS.items() if s > SETUP_SHARES.get(m, SETUP_SHARE)}
 
 
@@ -196,7 +204,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_sep("-", "module set-up, seconds (its share)")
     for module, seconds in slowest:
         terminalreporter.write_line(f"{seconds:7.1f}  ({SETUP_SHARES.get(module, SETUP_SHARE):.0f})  {module}")
-    for module, seconds in _over_budget().items():
+    for module, seconds in _over_budget(config).items():
         terminalreporter.write_line(
             f"BUDGET: {module}'s set-up took {seconds:.0f} s, over its share of "
             f"{SETUP_SHARES.get(module, SETUP_SHARE):.0f} s (tests/conftest.py SETUP_SHARES)",
@@ -205,7 +213,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if not hasattr(session.config, "workerinput") and _over_budget() and exitstatus == 0:
+    if not hasattr(session.config, "workerinput") and _over_budget(session.config) and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
