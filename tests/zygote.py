@@ -69,7 +69,7 @@ def client(tool: str, real: str) -> None:
         routed = len(args) >= 2 and args[0] == "-c"
     else:
         routed = tool != "python" or (len(plain) >= 2 and plain[0] == "-m" and plain[1].split(".")[0] in MODULES)
-        routed = routed or (tool == "python" and plain[:1] and _is_test_script(plain[0]))
+        routed = routed or (tool == "python" and bool(plain) and _is_test_script(plain[0]))
     if not address or not routed:
         os.execv(real, [real, *args])
     if plain is not args:
