@@ -102,6 +102,11 @@ def cli(*args):
     return subprocess.CompletedProcess(["longformer-fs", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
+def cli_code(*args) -> str:
+    """``python -c`` code that runs ``longformer-fs ARGS`` as its console script does."""
+    return f"import sys\nfrom longformer_fs.cli import main\nsys.exit(main({[str(a) for a in args]!r}))\n"
+
+
 def ok(*args) -> str:
     """``longformer-fs ARGS`` that must succeed: what it printed."""
     result = cli(*args)

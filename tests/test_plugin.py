@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import BIN, command
+from helpers import BIN, cli_code, command
 
 ROOT = Path(__file__).resolve().parents[1]
 LOAD_USER_DIR = (
@@ -52,7 +52,7 @@ USER_DIR = (
 )
 
 
-COMMAND_HELP = "import sys\nfrom longformer_fs.cli import main\nsys.exit(main(['convert-roberta', '--help']))\n"
+COMMAND_HELP = cli_code("convert-roberta", "--help")
 
 
 @pytest.fixture(scope="module")

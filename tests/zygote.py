@@ -47,7 +47,7 @@ TOOLS = {
     "torchrun": "torch.distributed.run:main",  # its workers start as sys.executable -u -m ...: warm too
 }
 MODULES = ("longformer_fs", "fairseq_cli")
-SCRIPTS = Path(__file__).resolve().parent  # and ``python SCRIPT`` of the tests' own scripts
+TESTS = Path(__file__).resolve().parent  # and ``python SCRIPT`` of the tests' own scripts
 ENV = "LFS_ZYGOTE"
 # The fresh server: what it imports before forking (third-party libraries only), the
 # address its shim reads, and the shim's tool name.
@@ -68,8 +68,11 @@ def client(tool: str, real: str) -> None:
     if tool == FRESH:
         routed = len(args) >= 2 and args[0] == "-c"
     else:
-        routed = tool != "python" or (len(plain) >= 2 and plain[0] == "-m" and plain[1].split(".")[0] in MODULES)
-        routed = routed or (tool == "python" and bool(plain) and _is_test_script(plain[0]))
+        routed = (
+            tool != "python"
+            or (len(plain) >= 2 and plain[0] == "-m" and plain[1].split(".")[0] in MODULES)
+            or (bool(plain) and _is_test_script(plain[0]))
+        )
     if not address or not routed:
         os.execv(real, [real, *args])
     if plain is not args:
@@ -106,7 +109,7 @@ def client(tool: str, real: str) -> None:
 
 
 def _is_test_script(arg: str) -> bool:
-    return arg.endswith(".py") and Path(arg).resolve().is_relative_to(SCRIPTS) and Path(arg).is_file()
+    return arg.endswith(".py") and Path(arg).resolve().is_relative_to(TESTS) and Path(arg).is_file()
 
 
 def write_shims(directory: Path, real_bin: Path) -> Path:
@@ -124,9 +127,8 @@ def write_fresh_shim(path: Path, real_bin: Path) -> Path:
 
 
 def _write_shim(path: Path, tool: str, real: Path, real_bin: Path) -> Path:
-    here = Path(__file__).resolve().parent
     path.write_text(
-        f"#!{real_bin / 'python'} -S\nimport sys\nsys.path.insert(0, {str(here)!r})\n"
+        f"#!{real_bin / 'python'} -S\nimport sys\nsys.path.insert(0, {str(TESTS)!r})\n"
         f"from zygote import client\nclient({tool!r}, {str(real)!r})\n"
     )
     path.chmod(0o755)
@@ -139,12 +141,12 @@ def start(root: Path, fresh: bool = False):
     (:data:`STARTING`). Closing its stdin stops it."""
     import subprocess  # here, not at the top: every shim imports this module
 
-    here, name = Path(__file__).resolve(), "fresh" if fresh else "zygote"
+    name = "fresh" if fresh else "zygote"
     address = str(root / f"{name}.socket")
     Path(address + STARTING).touch()
     with open(root / f"{name}.log", "w") as log:
-        server = subprocess.Popen([sys.executable, str(here), address, *(["--fresh"] if fresh else [])],
-                                  stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=here.parents[1])  # fmt: skip
+        server = subprocess.Popen([sys.executable, str(TESTS / "zygote.py"), address, *(["--fresh"] if fresh else [])],
+                                  stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=TESTS.parent)  # fmt: skip
     return server, address
 
 
@@ -311,8 +313,7 @@ def _serve(address: str) -> None:
     import selectors
     import signal
 
-    here = str(Path(__file__).resolve().parent)
-    sys.path[:] = [p for p in sys.path if p != here]  # a command's own interpreter would not see tests/
+    sys.path[:] = [p for p in sys.path if p != str(TESTS)]  # a command's own interpreter would not see tests/
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address + ".new")

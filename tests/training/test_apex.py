@@ -14,7 +14,7 @@ import os
 import subprocess
 
 import pytest
-from helpers import ROOT, ok
+from helpers import ROOT, cli_code, ok
 
 STUB = {
     "apex/__init__.py": "",
@@ -83,7 +83,7 @@ def stub(tmp_path_factory):
     return root
 
 
-INFO = "import sys\nfrom longformer_fs.cli import main\nsys.exit(main(['info', '--json']))\n"
+INFO = cli_code("info", "--json")
 
 
 @pytest.fixture(scope="module")
