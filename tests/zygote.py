@@ -288,6 +288,7 @@ def _preload_commands() -> None:
     os.environ.pop(ENV, None)
     import fairseq  # noqa: F401
     import torch
+    import torch._dynamo  # noqa: F401  (torch.optim's first optimizer imports it: 1.9 s a training)
     import transformers  # noqa: F401
 
     import longformer_fs.cli  # noqa: F401
