@@ -89,19 +89,25 @@ def _seed():
 # ---------------------------------------------------------------- warm starts (tests/zygote.py)
 
 _WARM: dict = {}
+_WARM_VIEW = "LFS_ZYGOTE_VENV"  # where the xdist workers find the controller's view of the venv
 
 
 def pytest_configure(config):
-    """fairseq's and our commands start warm in this process's tests: a view of the venv whose
+    """fairseq's and our commands start warm in this run's tests: a view of the venv whose
     commands are the zygote's shims becomes ``helpers.VENV``, which ``run``, ``make`` and the
-    journeys use. Started before collection, so that it has imported by the first test (the
-    xdist controller runs no test and starts none). LFS_COLD_STARTS=1: every process cold."""
-    controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
-    if os.environ.get("LFS_COLD_STARTS") == "1" or controller:
+    journeys use. One server for the run, started before collection so that it has imported
+    by the first test: by the xdist controller before it starts its workers, which inherit
+    its address (one preload of torch, fairseq and transformers, not one a worker: 2 cores
+    import the rest of the suite meanwhile). LFS_COLD_STARTS=1: every process cold."""
+    if os.environ.get("LFS_COLD_STARTS") == "1":
         return
     import helpers
     import zygote
 
+    if hasattr(config, "workerinput"):
+        if os.environ.get(_WARM_VIEW):
+            helpers.VENV = Path(os.environ[_WARM_VIEW])
+        return
     root = Path(tempfile.mkdtemp(prefix="lfs-warm-"))
     shims = zygote.write_shims(root / "shims", BIN)
     view = root / "venv"
@@ -115,6 +121,7 @@ def pytest_configure(config):
     _WARM["server"], address = zygote.start(root)  # commands wait for it rather than start cold
     _WARM["root"] = root
     os.environ[zygote.ENV] = address
+    os.environ[_WARM_VIEW] = str(view)
     helpers.VENV = view
 
 

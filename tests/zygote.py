@@ -1,13 +1,14 @@
 """Warm starts for the suite's processes: fairseq's and our commands without their imports.
 
-A process of ``fairseq-train`` or ``longformer-fs`` spends about 9 s of this machine's time
-importing torch, fairseq (scikit-learn, SciPy, pandas through it) and transformers before
-it does anything; the suite starts hundreds. The zygote imports them once per test worker
-and then forks a child for each command: the child takes the caller's standard streams
-(passed over a Unix socket), working directory, environment and arguments, runs the
-command's own entry point, and exits with its status. The shims (:func:`write_shims`),
-put first on ``PATH`` and in the journeys' venv, send the commands here; anything else,
-or any command when no zygote runs, is executed as it always was.
+A process of ``fairseq-train`` or ``longformer-fs`` spends about 9 s of this machine's
+time importing torch, fairseq (scikit-learn, SciPy, pandas through it) and transformers
+before it does anything; the suite starts hundreds. The zygote imports them once per test
+run (one server for the xdist workers) and then forks a child for each command: the child
+takes the caller's standard streams (passed over a Unix socket), working directory,
+environment and arguments, runs the command's own entry point, and exits with its status.
+The shims (:func:`write_shims`), put first on ``PATH`` and in the journeys' venv, send
+the commands here; anything else, or any command when no zygote runs, is executed as it
+always was.
 
 Commands keep their meaning: the same entry points, a fresh fork of a process that never
 computed (no thread pool to inherit), logging reset to a new interpreter's before the
