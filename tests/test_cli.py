@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,17 @@ def test_info_reports_versions_and_backends():
     assert report["attention_backends"]["chunks"]["available"] is True
     assert report["auto"]["cpu/plain"]["backend"] in ("kernel", "chunks")
     assert "auto chooses" in result.stdout and "apex:" in result.stdout
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_info_reports_the_threads_its_environment_asks_for(threads):
+    """As a new interpreter's torch reads OMP_NUM_THREADS, so does the command's process in
+    the suite's warm starts (whose server imported torch under another environment): with
+    each fork keeping the server's count, this failed at 1, and the suite's trainings ran
+    a thread a core beside each other (1,027 s against about 800 s)."""
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    report = json.loads(run(BIN / "longformer-fs", "info", "--json", env=env))
+    assert report["hardware"]["cpu_threads"] == int(threads)
 
 
 def test_console_script_is_installed():
