@@ -315,14 +315,18 @@ def _time(call, result: Result, case: Case, args, forward_only: bool) -> None:
     result.peak_mib = peak_memory_bytes(fwd_bwd, device) / 2**20
 
 
-def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
+def time_split(impl: str, case: Case, args, top: int = 8, steps: int = 5) -> list[dict]:
     """Where one forward + backward of ``impl`` spends its time: the whole step's median
     first, then the ``top`` kernels (CUDA) or operators (CPU) by their own time, in ms per
-    step, from torch's profiler.
+    step, from torch's profiler: each row is the median over ``steps`` steps profiled one at
+    a time, so a step that the machine paused (another process on the cores) moves no row,
+    as it moves no median.
 
     On a GPU this says whether an implementation's time is the attention kernel itself or
     the work around it (gathers, block masks, casts), which a total cannot.
     """
+    from statistics import median
+
     from torch.profiler import ProfilerActivity, profile
 
     device = torch.device(args.device)
@@ -336,18 +340,22 @@ def time_split(impl: str, case: Case, args, top: int = 8) -> list[dict]:
 
     whole = {"name": "(whole step)", "ms": 1e3 * median_time(step, device, repeat=5), "calls": 1}  # warm-up compiles
     cuda = device.type == "cuda"
-    steps = 3
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            step()
-        if cuda:
-            torch.cuda.synchronize(device)
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    events = [e for e in prof.key_averages() if getattr(e, key) > 0]
-    events.sort(key=lambda e: getattr(e, key), reverse=True)
-    kernels = [{"name": e.key[:90], "ms": getattr(e, key) / 1e3 / steps, "calls": e.count // steps} for e in events]
-    return [whole, *kernels[:top]]
+    per_step: list[dict[str, tuple[float, int]]] = []  # operator -> (ms, calls), one dict a step
+    for _ in range(steps):
+        with profile(activities=activities) as prof:
+            step()
+            if cuda:
+                torch.cuda.synchronize(device)
+        per_step.append({e.key: (getattr(e, key) / 1e3, e.count) for e in prof.key_averages() if getattr(e, key) > 0})
+    rows = []
+    for name in {name for seen in per_step for name in seen}:
+        ms, calls = (median(seen.get(name, (0.0, 0))[i] for seen in per_step) for i in (0, 1))
+        if ms > 0:  # seen in most steps: what one step alone ran (a pause) is no typical step
+            rows.append({"name": name[:90], "ms": ms, "calls": int(calls)})
+    rows.sort(key=lambda row: row["ms"], reverse=True)
+    return [whole, *rows[:top]]
 
 
 def matmul_gflops(device: str, dtype: torch.dtype, threads: int) -> float:
