@@ -12,10 +12,15 @@ every device, and is counted here on CPU.
 """
 
 import itertools
+import types
+from collections import Counter
 
 import pytest
 import torch
 from oracle import oracle_attention, oracle_layer
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.nn.attention.flex_attention import BlockMask
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from longformer_fs.attention import LongformerSelfAttention, banded_attention
 from longformer_fs.attention.backends.flex import (
@@ -24,6 +29,7 @@ from longformer_fs.attention.backends.flex import (
     band_tiles,
     call_inputs,
     flex_band_attention,
+    length_mode,
     work,
 )
 from longformer_fs.attention.band import band_mask, residue_order
@@ -118,53 +124,154 @@ def test_layer_with_global_tokens_matches_oracle():
 
 def test_every_tensor_the_mask_reads_is_32_bit():
     """On a GPU, a mask_mod that loads bytes (bool or uint8 padding) makes FlexAttention's
-    forward 10x slower (measured on an H200, docs/benchmarks.md); 32-bit loads cost nothing."""
+    forward 10x slower (measured on an H200, docs/benchmarks.md); 32-bit loads cost nothing.
+    A call without padding reads no key tensor at all."""
     q = qkv(45, 3)[0].transpose(1, 2)
-    for dilations, pad in (((1, 1, 1), None), ((1, 2, 3), padding(45, True))):
+    for dilations, pad in itertools.product(((1, 1, 1), (1, 2, 3)), (None, padding(45, True))):
         mask_mod = band_block_mask(q, pad, BandSpec(5, dilations, False, 1.0)).mask_mod
         read = [c.cell_contents for c in mask_mod.__closure__ if isinstance(c.cell_contents, torch.Tensor)]
-        assert len(read) == (3 if dilations == (1, 1, 1) else 4)  # before, after, key_ok (, order)
+        # before, after (, residue classes) (, key padding)
+        assert len(read) == 2 + (dilations != (1, 1, 1)) + (pad is not None), (dilations, pad is not None)
         assert all(t.element_size() >= 4 for t in read), [t.dtype for t in read]
+        if pad is None:  # only per-head tensors (3 heads, a batch of 2): no key tensor
+            assert all(t.shape[0] == 3 for t in read), [t.shape for t in read]
 
 
-def test_compiled_cpu_flex_with_our_block_mask():
+class CountOps(TorchDispatchMode):
+    """Counts the aten operators run inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_block_masks_are_torchs_own_built_once_and_no_call_sorts(monkeypatch):
+    """The index tensors, both sides, are what ``BlockMask.from_kv_blocks`` makes of the
+    key-side lists (it transposes them with a sort): so FlexAttention's backward walks the
+    same tiles. They are built at a geometry's first call; later calls, and each layer of
+    a call, sort nothing (counted at aten's dispatch: everything the backend runs but
+    FlexAttention's own kernel, which a stand-in replaces)."""
+    from longformer_fs.attention.backends import flex
+
+    for seq_len, dilations, causal, pad, static in (
+        (301, (1, 1, 1, 1), False, None, False),  # three tiles, the last one reaching past T
+        (301, (2, 1, 3, 1), True, None, False),
+        (301, (1, 2, 1, 4), False, padding(301, True), False),
+        (520, (1, 1, 2, 2), False, None, True),  # five tiles in a bucket of six: one of padding alone
+    ):
+        q = qkv(seq_len, 4)[0].transpose(1, 2)
+        mine = band_block_mask(q, pad, BandSpec(150, dilations, causal, 1.0), static)
+        torchs = BlockMask.from_kv_blocks(
+            mine.kv_num_blocks,
+            mine.kv_indices,
+            mine.full_kv_num_blocks,
+            mine.full_kv_indices,
+            BLOCK_SIZE=mine.BLOCK_SIZE,
+            mask_mod=mine.mask_mod,
+            seq_lengths=mine.seq_lengths,
+        )
+        assert mine.seq_lengths == ((768, 768) if static else (384, 384)) and mine.BLOCK_SIZE == (128, 128)
+        for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices") + (
+            "q_num_blocks",
+            "q_indices",
+            "full_q_num_blocks",
+            "full_q_indices",
+        ):
+            assert torch.equal(getattr(mine, name), getattr(torchs, name)), (dilations, name)
+        if static:  # the tile of padding alone is visited from neither side
+            assert all(getattr(mine, n)[..., -1].sum() == 0 for n in ("kv_num_blocks", "q_num_blocks"))
+        if pad is not None or not causal:  # full tiles: none with padding, some in a wide bidirectional band
+            assert (mine.full_kv_num_blocks.sum() > 0) == (pad is None)
+
+    seen = []
+
+    def stand_in(q, k, v, score_mod=None, block_mask=None, scale=None, return_aux=None):
+        seen.append(block_mask)
+        return q.clone(), types.SimpleNamespace(lse=q.float().logsumexp(-1))
+
+    monkeypatch.setattr(flex, "flex_attention", stand_in)
+    for cache in (flex.tile_lists, flex.slot_order, flex.slot_classes, flex.slot_positions):
+        cache.cache_clear()
+    q, k, v = (x.transpose(1, 2) for x in qkv(301, 3, dim=16))
+    spec = BandSpec(20, (1, 2, 3), True, 0.25)
+    for pad in (None, padding(301, True)):
+        counts = []
+        for _ in range(3):  # three layers of a call, or three calls
+            with torch.no_grad(), CountOps() as mode:
+                flex_band_attention(q, k, v, pad, spec)
+            counts.append(sum(n for op, n in mode.ops.items() if "sort" in op))
+        assert counts[0] > 0 and counts[1:] == [0, 0], counts  # sorted once, when the geometry was new
+    assert seen[-1].full_q_indices is not None and seen[-1].q_indices.shape == (1, 3, 3, 3)
+
+
+def test_compiled_cpu_flex_with_our_block_mask(monkeypatch):
     """The real compiled kernel visits only the tiles the block mask lists. Two calls of one
-    shape, so one compilation: a window wide enough for "full" tiles (mask skipped) inside
-    a dilated head's residue class, whose classes of 151 and 150 slots meet inside a tile;
-    then mixed dilations, causal and padded. T is not a multiple of 2, 3 or 4."""
-    seq_len = 301
-    q, k, v = (x.transpose(1, 2) for x in qkv(seq_len, 4, dim=16))
-    forward = torch.compile(band_forward)
+    kind (no key padding, dilated heads), compiled as the backend compiles, with dynamic
+    shapes: a window wide enough for "full" tiles (mask skipped) inside a dilated head's
+    residue class, whose classes of 151 and 150 slots meet inside a tile; then mixed
+    dilations, causal and another length. No T is a multiple of 2, 3, 4 or 128: the
+    kernel computes on 384 slots, and the last tile of keys holds padding that only the
+    mask drops. (Key padding is another kind, another compilation: the eager tests above
+    cover its mask.)
+
+    Inductor's FlexAttention lowering, the same for every device up to the kernel it
+    generates, is asked what its GPU path asks to drop bounds checks (``IS_DIVISIBLE``):
+    whether the length is known to be a multiple of 128 though it is symbolic."""
+    import sympy
+    from torch._inductor.kernel.flex import flex_attention as lowering
+    from torch._inductor.virtualized import V
+    from torch.utils._sympy.functions import Mod
+
+    divisible = []
+
+    def lower_cpu(query, key, *args, **kwargs):
+        for size in (query.get_size()[2], key.get_size()[2]):
+            known = V.graph.sizevars.statically_known_true(sympy.Eq(Mod(size, 128), 0))
+            divisible.append(known and not sympy.sympify(size).is_number)
+        return real(query, key, *args, **kwargs)
+
+    real = lowering.lower_cpu
+    monkeypatch.setattr(lowering, "lower_cpu", lower_cpu)
+    forward = torch.compile(band_forward, dynamic=True)
     torch._dynamo.reset()
-    cases = ((150, (2, 1, 1, 2), False, None), (20, (1, 2, 3, 4), True, padding(seq_len, True)))
-    for window, dilations, causal, pad in cases:
+    for seq_len, window, dilations, causal in ((301, 150, (2, 1, 1, 2), False), (333, 20, (1, 2, 3, 4), True)):
+        q, k, v = (x.transpose(1, 2) for x in qkv(seq_len, 4, dim=16))
         spec = BandSpec(window, dilations, causal, 16**-0.5)
-        if pad is None:  # head 0 has d = 2
+        if window == 150:  # head 0 has d = 2
             assert band_block_mask(q, None, spec).full_kv_num_blocks[0, 0].sum() > 0
-        with torch.no_grad():
-            out = forward(q, k, v, *call_inputs(q, pad, spec), spec.scale)
-        want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), window, dilations, causal, pad)
-        rows = torch.ones(2, seq_len, dtype=torch.bool) if pad is None else ~pad
-        torch.testing.assert_close(out.transpose(1, 2)[rows].double(), want[rows], atol=1e-5, rtol=1e-5)
+        # Inductor's caches (on disk, across runs) would hand back a graph another run lowered.
+        with torch.no_grad(), torch._inductor.config.patch(force_disable_caches=True):
+            out = forward(q, k, v, *call_inputs(q, None, spec), spec.scale)
+        want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), window, dilations, causal)
+        torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
+    assert divisible == [True, True]  # one compilation, for both lengths
 
 
 @pytest.mark.parametrize(
     "window,dilation,causal,padded", list(itertools.product((0, 3, 9), (1, 2, 3), (False, True), (False, True)))
 )
 def test_block_lists_cover_the_band_and_full_tiles_hold_only_band(window, dilation, causal, padded):
+    """Over T rounded up to the tile (40) and over a length bucket beyond (56): tiles past
+    T are padding, never visited, and a tile whose keys reach past T is never full."""
     seq_len, block = 37, 8  # not a multiple of 2 or 3: residue classes of unequal length
-    partial, full = band_tiles(seq_len, window, (dilation,), causal, padded, block)
     slots = residue_order(seq_len, dilation)
     mask = band_mask(seq_len, window, dilation, causal)[slots][:, slots]  # the band between slots
-    for qb, kb in itertools.product(range(partial.shape[1]), repeat=2):
-        tile = mask[qb * block : (qb + 1) * block, kb * block : (kb + 1) * block]
-        if tile.any():
-            assert partial[0, qb, kb] or full[0, qb, kb]
-        else:
-            assert not (partial[0, qb, kb] or full[0, qb, kb])  # no tile is visited for nothing
-        if full[0, qb, kb]:
-            assert tile.all() and not padded
-        assert not (partial[0, qb, kb] and full[0, qb, kb])
+    for length in (None, 56):
+        partial, full = band_tiles(seq_len, window, (dilation,), causal, padded, block, length)
+        assert partial.shape[1] == (length or 40) // block
+        for qb, kb in itertools.product(range(partial.shape[1]), repeat=2):
+            tile = mask[qb * block : (qb + 1) * block, kb * block : (kb + 1) * block]
+            if tile.any():
+                assert partial[0, qb, kb] or full[0, qb, kb]
+            else:
+                assert not (partial[0, qb, kb] or full[0, qb, kb])  # no tile is visited for nothing
+            if full[0, qb, kb]:
+                assert tile.all() and not padded and (kb + 1) * block <= seq_len
+            assert not (partial[0, qb, kb] and full[0, qb, kb])
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -212,6 +319,26 @@ def test_cpu_training_is_refused_clearly():
 # ------------------------------------------------------------ one compilation for a training run
 
 
+class KernelLengths:
+    """A compiler backend that counts what dynamo compiles (``frame_count``), records the
+    length each compiled FlexAttention call computes on and the graph's sorts, then runs
+    the graph as traced."""
+
+    def __init__(self):
+        self.frame_count = 0
+        self.lengths = []
+        self.sorts = []
+
+    def __call__(self, gm, example_inputs):
+        self.frame_count += 1
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target is torch.ops.higher_order.flex_attention:
+                self.lengths.append(node.args[0].meta["example_value"].shape[2])
+            if node.op in ("call_function", "call_method") and "sort" in str(node.target):
+                self.sorts.append(node)
+        return gm.forward
+
+
 @pytest.fixture
 def counted_compiles(monkeypatch):
     """Run the backend's compiled path on CPU under a compiler that counts what dynamo compiles.
@@ -219,13 +346,12 @@ def counted_compiles(monkeypatch):
     Dynamo (guards, recompiles, the recompile limit) is the same on every device; only
     the final kernels differ, and CPU FlexAttention runs forward-only here.
     """
-    from torch._dynamo.testing import CompileCounter
-
     from longformer_fs.attention.backends import flex
 
-    counter = CompileCounter()
+    counter = KernelLengths()
     monkeypatch.setattr(flex, "_runner", lambda fn, device: flex.compiled(fn, counter))
     monkeypatch.setattr(flex, "_FALLBACKS", {})
+    monkeypatch.setattr(flex, "_length_mode", "dynamic")  # whatever LONGFORMER_FS_FLEX_LENGTHS says
     torch._dynamo.reset()
     yield counter, flex
     torch._dynamo.reset()
@@ -237,7 +363,12 @@ def test_fifty_lengths_compile_a_bounded_number_of_times(counted_compiles, caplo
     heads, with and without the position term. The compilations stay bounded and nothing
     falls back to a dense path. (Lengths 130 to 669, 2 to 6 tiles: what is counted is
     dynamo's work per new length, not the length; compiled with ``dynamic=False`` instead,
-    the backend meets the recompile limit here and this fails, checked by hand.)"""
+    the backend meets the recompile limit here and this fails, checked by hand.)
+
+    And what FlexAttention computes on is a length that the compiler knows to be a
+    multiple of 128, symbolically: its GPU kernels are then generated without bounds
+    checks (inductor's lowering sets ``IS_DIVISIBLE`` on this very test) although one
+    compilation serves every length."""
     counter, flex = counted_compiles
     lengths = [130 + 11 * i for i in range(50)]
     checked = {lengths[0], lengths[5], lengths[17], lengths[-1]}  # [5]: undilated, relative
@@ -271,9 +402,32 @@ def test_fifty_lengths_compile_a_bounded_number_of_times(counted_compiles, caplo
                     out.transpose(1, 2)[rows].double(), want.transpose(1, 2)[rows], atol=1e-5, rtol=1e-5
                 )
     assert flex._FALLBACKS == {} and not [r for r in caplog.records if "flex -> chunks" in r.getMessage()]
-    # Four functions (plain, relative; with and without dilated heads), each specialised at
-    # most for a batch of one and a first static trace: far from one per length or window.
-    assert 4 <= counter.frame_count <= 8, counter.frame_count
+    # Eight functions (plain, relative; with and without dilated heads, key padding), each
+    # specialised at most for a batch of one: far from one per length or window.
+    assert 8 <= counter.frame_count <= 16, counter.frame_count
+    assert len(counter.lengths) == counter.frame_count and counter.sorts == []  # the compiled code sorts nothing
+    assert all(isinstance(n, torch.SymInt) and statically_known_true(n % 128 == 0) for n in counter.lengths)
+
+
+def test_length_buckets_compile_once_each_and_run_static_lengths(counted_compiles):
+    """The other way to give FlexAttention static shapes: each bucket of lengths compiled
+    for its own constant length (``length_mode("buckets")``, which the GPU report times as
+    ``flex-static``). Ten lengths of 2 to 4 tiles fall in 3 buckets: 3 compilations,
+    each for a constant length, and more than torch's recompile limit allows (here 2):
+    the mode raises it for its own compilations."""
+    counter, flex = counted_compiles
+    spec = BandSpec(8, (1, 1), False, 16**-0.5)
+    lengths = [130 + 38 * i for i in range(10)]  # 130 to 472 tokens
+    # config.patch, not monkeypatch: dynamo's config module loses a key that monkeypatch restores.
+    with torch.no_grad(), length_mode("buckets"), torch._dynamo.config.patch(recompile_limit=2):
+        for seq_len in lengths:
+            q, k, v = (x.transpose(1, 2) for x in qkv(seq_len, 2, seed=seq_len, dim=16))
+            out, _ = flex_band_attention(q, k, v, None, spec)
+            if seq_len in (lengths[0], lengths[-1]):
+                want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 8, (1, 1))
+                torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
+    assert counter.lengths == [256, 384, 512] and counter.frame_count == 3
+    assert flex._FALLBACKS == {} and flex.current_length_mode() == "dynamic"
 
 
 def test_hitting_the_recompile_limit_goes_to_chunks_and_says_why(counted_compiles, caplog):
@@ -314,5 +468,6 @@ def test_small_head_dimensions_on_gpu_go_elsewhere_with_a_reason():
     spec = BandSpec(16, (1,), False, 0.125)
     assert limitation(spec, torch.device("cuda"), 8) is not None
     assert limitation(spec, torch.device("cuda"), 16) is None
-    backend, reason = choose_backend(spec, torch.device("cuda"), torch.bfloat16, head_dim=8)
+    # float32: FlashAttention, first on CUDA, passes over it too (half precision only).
+    backend, reason = choose_backend(spec, torch.device("cuda"), torch.float32, head_dim=8)
     assert backend.name == "chunks" and "head dimension of 16 or more (this call: 8)" in reason
