@@ -74,7 +74,7 @@ FINETUNE_COMMON += ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--user
 
 
 # The band backends every attention test runs (docs/design.md, "adding an attention backend").
-BAND_BACKENDS = [pytest.param(name, id=name) for name in ("reference", "chunks", "kernel")]
+BAND_BACKENDS = [pytest.param(name, id=name) for name in ("reference", "chunks", "kernel", "flash")]
 
 
 def backend_or_skip(name):

@@ -72,12 +72,11 @@ def _spec(kind: str, shape: TimingShape) -> BandSpec:
     return BandSpec(shape.window, (1,) * shape.heads, relative, shape.head_dim**-0.5, relative=relative)
 
 
-def candidates(device: torch.device, kind: str, head_dim: int) -> list[str]:
-    """The backends ``auto`` could take for calls of ``kind`` on ``device``."""
+def candidates(device: torch.device, kind: str, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
+    """The backends ``auto`` could take for calls of ``kind`` in ``dtype`` on ``device``."""
     spec = _spec(kind, SHAPES.get(device.type, SHAPES["cpu"]))
-    return [
-        name for name in AUTO_ORDER.get(device.type, AUTO_ORDER["cpu"]) if why_not(name, spec, device, head_dim) is None
-    ]
+    order = AUTO_ORDER.get(device.type, AUTO_ORDER["cpu"])
+    return [name for name in order if why_not(name, spec, device, head_dim, dtype) is None]
 
 
 def time_backend(
@@ -111,7 +110,10 @@ def measure_backends(
     is left out (and so never chosen)."""
     shape = shape or SHAPES.get(device.type, SHAPES["cpu"])
     jobs = [
-        (dtype, kind, name) for dtype in dtypes for kind in KINDS for name in candidates(device, kind, shape.head_dim)
+        (dtype, kind, name)
+        for dtype in dtypes
+        for kind in KINDS
+        for name in candidates(device, kind, shape.head_dim, dtype)
     ]
     timings: dict = {}
     for dtype, kind, name in progress(jobs):

@@ -98,6 +98,16 @@ def kernels_verified(device: torch.device, build: str) -> tuple[bool, str]:
     return True, f"`longformer-fs check` passed on {name} for this build ({record['when']})"
 
 
+def check_failed(device: torch.device, build: str, backend: str) -> str | None:
+    """Why ``auto`` should not trust ``backend`` on this GPU: its last ``check`` there failed
+    (None: it passed, or was never checked)."""
+    name = cuda_device_name(device)
+    record = _record(name, build)
+    if record is None or record.get("backends", {}).get(backend, True):
+        return None
+    return f"`longformer-fs check` found it wrong on {name} ({record['when']})"
+
+
 def measured_times(device: torch.device, build: str, dtype: torch.dtype, kind: str) -> dict[str, float]:
     """``{backend: milliseconds}`` that ``check`` measured here for ``dtype`` and ``kind``
     (empty when it measured nothing)."""

@@ -58,11 +58,12 @@ def banded_attention(
         dilation: ``d >= 1``, one int for all heads or one per head.
         causal: attend only to keys at or before the query.
         key_padding_mask: ``(B, T)`` bool, True marks padding (never attended; those
-            query rows return 0).
+            query rows return 0). Anywhere in a row, except with ``backend="flash"``,
+            which takes padding at the row ends only.
         scale: score multiplier; None means ``1 / sqrt(D)``.
         backend: ``"auto"`` (the fastest available here), or a name of
-            :data:`~.backends.BACKENDS`: ``"flex"``, ``"kernel"``, ``"chunks"``, or
-            ``"reference"`` (dense, tests only).
+            :data:`~.backends.BACKENDS`: ``"flash"``, ``"flex"``, ``"kernel"``, ``"chunks"``,
+            or ``"reference"`` (dense, tests only).
 
     Returns:
         ``(B, T, H, D)`` in the dtype of ``q``.
@@ -75,7 +76,9 @@ def banded_attention(
     pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, q.device, "padding")
     get_backend(backend)  # fail on a bad name before doing any work
 
-    spec = BandSpec(window, dilations, bool(causal), scale)
+    # A mask given here may have holes anywhere (the layers' masks are fairseq's padding), so
+    # auto passes over flash; asked for by name, flash takes it and checks it on the device.
+    spec = BandSpec(window, dilations, bool(causal), scale, padding_at_ends=pad is None or backend == "flash")
     out, _ = band_attention_with_lse(*(x.transpose(1, 2) for x in (q, k, v)), pad, spec, backend)
     if pad is not None:
         out = out.masked_fill(pad[:, None, :, None], 0.0)

@@ -1,4 +1,4 @@
-"""Checking the compiled kernels on the user's device before ``auto`` trusts them.
+"""Checking the compiled kernels, and FlashAttention's window, on the user's device.
 
 CI has no GPU, so the CUDA kernels can only be proven where they run. :func:`run_check`
 runs them against the dense reference in float64 on the CPU (an independent
@@ -6,10 +6,16 @@ computation: :mod:`.backends.reference`): forward outputs and log-sum-exps, and 
 gradients of q, k, v, the position term and the log-sum-exp, in fp32, fp16 and bf16,
 with dilation, causal windows, padding and the relative-position term.
 
+On CUDA it also checks the ``flash`` backend (torch's FlashAttention-2 with our segments,
+residue order and log-sum-exp gradient) on every case without the position term, in fp16
+and bf16, without dropout and with the recipes' 0.1: there the float64 computation drops
+exactly the pairs FlashAttention dropped (its debug mask), so the gradients are compared
+too.
+
 The result is recorded per device name and per extension build (:mod:`.check_records`),
 with the backends' timings when the caller measured them: ``auto`` uses the CUDA kernels
-only on a device and build with a passing record, and picks among the backends by
-those timings.
+only on a device and build with a passing record, passes over ``flash`` where its check
+failed, and picks among the backends by those timings.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from typing import Callable, Iterable
 import torch
 
 from . import check_records
+from .backends import flash as flash_backend
 from .backends import forget_choices
 from .backends import kernel as kernel_backend
 from .backends.reference import reference_band_attention
-from .band import band_width
+from .band import band_width, head_band_mask
+from .softmax import masked_softmax_with_lse
 from .spec import BandSpec, PositionTerm
 
 # Tolerances against float64 (docs/design.md §2): fp32 on a GPU, and half inputs with
@@ -68,6 +76,11 @@ CASES = (
 )
 
 
+# The flash backend's checks: half precision, without and with the recipes' dropout.
+FLASH_DTYPES = (torch.float16, torch.bfloat16)
+FLASH_DROPOUTS = (0.0, 0.1)
+
+
 @dataclass
 class CaseResult:
     case: str
@@ -75,6 +88,8 @@ class CaseResult:
     errors: dict  # output name -> max abs error against float64
     tolerance: float
     passed: bool
+    backend: str = "kernel"
+    dropout: float = 0.0
 
 
 @dataclass
@@ -89,6 +104,13 @@ class CheckReport:
     @property
     def failures(self) -> list[CaseResult]:
         return [r for r in self.results if not r.passed]
+
+    def backend_passed(self) -> dict[str, bool]:
+        """Whether each checked backend passed all its cases."""
+        passed: dict[str, bool] = {}
+        for r in self.results:
+            passed[r.backend] = passed.get(r.backend, True) and r.passed
+        return passed
 
 
 def build_id() -> str:
@@ -115,11 +137,14 @@ def _inputs(case: Case, dtype: torch.dtype, device: torch.device, seed: int):
         torch.randn(shape, generator=gen, dtype=torch.float64),
         torch.randn(shape[:3], generator=gen, dtype=torch.float64),
     )
+    if key_mask is not None:  # padded query rows: the caller zeroes them, so no gradient comes back
+        grads = (grads[0].masked_fill(key_mask[:, None, :, None], 0.0), grads[1].masked_fill(key_mask[:, None], 0.0))
     return q, k, v, key_mask, position, grads
 
 
 def _run(fn, q, k, v, key_mask, position, spec, grads):
-    """Outputs and gradients of one backend call, with the given output gradients."""
+    """Outputs and gradients of one call, with the given output gradients. ``fn`` returns
+    ``(out, lse)``, as a backend does."""
     leaves = [q, k, v] + ([] if position is None else [position.query, position.table])
     leaves = [x.detach().requires_grad_() for x in leaves]
     pos = None if position is None else PositionTerm(leaves[3], leaves[4])
@@ -134,30 +159,53 @@ def _run(fn, q, k, v, key_mask, position, spec, grads):
     return values
 
 
-def check_case(case: Case, dtype: torch.dtype, device: torch.device, seed: int = 0) -> CaseResult:
-    """The kernels on ``device`` in ``dtype`` against float64 on the CPU."""
+def dropped_reference(q, k, v, key_mask, spec: BandSpec, keep: torch.Tensor):
+    """Dense band attention that drops exactly the pairs ``keep`` ``(B, H, T, T)`` does not
+    keep (and scales the kept ones by ``1 / (1 - p)``): ``(out, lse)`` in ``q``'s dtype."""
+    allowed = head_band_mask(q.shape[2], spec.window, spec.dilations, spec.causal, q.device)[None]
+    if key_mask is not None:
+        allowed = allowed & ~key_mask[:, None, None, :]
+    probs, lse = masked_softmax_with_lse(torch.matmul(q, k.transpose(-1, -2)) * spec.scale, allowed)
+    probs = probs * keep.to(q.device) / (1 - spec.dropout_p)
+    return torch.matmul(probs, v), lse
+
+
+def check_case(
+    case: Case, dtype: torch.dtype, device: torch.device, seed: int = 0, backend: str = "kernel",
+    dropout: float = 0.0,
+) -> CaseResult:  # fmt: skip
+    """A backend (``kernel`` or ``flash``) on ``device`` in ``dtype`` against float64 on the CPU;
+    ``flash`` with ``dropout`` is compared with the float64 computation of its own draw."""
     q, k, v, key_mask, position, grads = _inputs(case, dtype, device, seed)
-    spec = BandSpec(case.window, case.dilations, case.causal, case.head_dim**-0.5, relative=case.relative)
+    spec = BandSpec(case.window, case.dilations, case.causal, case.head_dim**-0.5, dropout, relative=case.relative)
     # Round the inputs to the tested dtype first: the comparison is of the computation.
     cast = lambda x: x.to(dtype).to(torch.float64)  # noqa: E731
     q, k, v = cast(q), cast(k), cast(v)
     if position is not None:
         position = PositionTerm(cast(position.query), cast(position.table))
-    expected = _run(reference_band_attention, q, k, v, key_mask, position, spec, grads)
 
     def on_device(x):
         return x.to(device, dtype)
 
-    got = _run(
-        kernel_backend.kernel_band_attention,
-        on_device(q),
-        on_device(k),
-        on_device(v),
-        None if key_mask is None else key_mask.to(device),
-        None if position is None else PositionTerm(on_device(position.query), on_device(position.table)),
-        spec,
-        grads,
-    )
+    device_mask = None if key_mask is None else key_mask.to(device)
+    device_position = None if position is None else PositionTerm(on_device(position.query), on_device(position.table))
+    if backend == "kernel":
+        fn = kernel_backend.kernel_band_attention
+        reference = reference_band_attention
+    elif dropout == 0:
+        fn, reference = flash_backend.flash_band_attention, reference_band_attention
+    else:
+        draws = {}
+
+        def fn(q_, k_, v_, mask_, spec_, pos_):
+            out, lse, draws["keep"] = flash_backend.attention_with_draws(q_, k_, v_, mask_, spec_)
+            return out, lse
+
+        def reference(q_, k_, v_, mask_, spec_, pos_):
+            return dropped_reference(q_, k_, v_, mask_, spec_, draws["keep"].cpu())
+
+    got = _run(fn, on_device(q), on_device(k), on_device(v), device_mask, device_position, spec, grads)
+    expected = _run(reference, q, k, v, key_mask, position, spec, grads)  # after: a dropout's draw is known
     rows = torch.ones(q.shape[0], q.shape[2], dtype=torch.bool) if key_mask is None else ~key_mask
     errors = {}
     for name, want in expected.items():
@@ -172,7 +220,26 @@ def check_case(case: Case, dtype: torch.dtype, device: torch.device, seed: int =
     # Gradients sum over the window: scale the tolerance with the magnitude they reach.
     scale = {name: max(1.0, float(want.abs().max())) for name, want in expected.items()}
     passed = all(err <= tolerance * scale[name] for name, err in errors.items())
-    return CaseResult(case.name, str(dtype).replace("torch.", ""), errors, tolerance, passed)
+    name = case.name + (f" dropout={dropout:g}" if dropout else "")
+    return CaseResult(name, str(dtype).replace("torch.", ""), errors, tolerance, passed, backend, dropout)
+
+
+def jobs_for(device: torch.device, dtypes: Iterable[torch.dtype], cases: Iterable[Case]) -> list[tuple]:
+    """``(case, dtype, backend, dropout)`` for every check on ``device``: the kernels in each
+    dtype; on CUDA where torch has FlashAttention's window, ``flash`` on the cases without
+    the position term, in half precision, without and with dropout."""
+    dtypes, cases = list(dtypes), list(cases)
+    jobs = [(case, dtype, "kernel", 0.0) for dtype in dtypes for case in cases]
+    if device.type == "cuda" and flash_backend.unavailable_reason() is None:
+        jobs += [
+            (case, dtype, "flash", dropout)
+            for dropout in FLASH_DROPOUTS
+            for dtype in dtypes
+            if dtype in FLASH_DTYPES
+            for case in cases
+            if not case.relative
+        ]
+    return jobs
 
 
 def run_check(
@@ -181,10 +248,13 @@ def run_check(
     cases: Iterable[Case] = CASES,
     progress: Callable[[Iterable], Iterable] = lambda it: it,
 ) -> CheckReport:
-    """Every case in every dtype; the report says what passed."""
+    """Every case in every dtype (and ``flash``'s, on CUDA); the report says what passed."""
     device = torch.device(device)
-    jobs = [(case, dtype) for dtype in dtypes for case in cases]
-    results = [check_case(case, dtype, device, seed) for seed, (case, dtype) in enumerate(progress(jobs))]
+    jobs = jobs_for(device, dtypes, cases)
+    results = [
+        check_case(case, dtype, device, seed, backend, dropout)
+        for seed, (case, dtype, backend, dropout) in enumerate(progress(jobs))
+    ]
     return CheckReport(
         check_records.device_name(device),
         build_id(),
@@ -199,8 +269,11 @@ def save_report(report: CheckReport, timings: dict | None = None) -> Path:
     """Record the report for its device and build, with ``timings`` (``{dtype: {kind:
     {backend: ms}}}``) when given; returns the records file."""
     summary = {k: v for k, v in asdict(report).items() if k != "results"}
-    summary["cases"] = len(report.results)
-    summary["failures"] = [asdict(r) for r in report.failures]
+    summary["cases"] = sum(r.backend == "kernel" for r in report.results)
+    # "passed" and "failures" are the kernels' (what auto trusts them by); each backend's verdict beside.
+    summary["passed"] = report.backend_passed().get("kernel", report.passed)
+    summary["failures"] = [asdict(r) for r in report.failures if r.backend == "kernel"]
+    summary["backends"] = report.backend_passed()
     if timings:
         summary["timings"] = timings
     path = check_records.save_record(report.device, report.build, summary)

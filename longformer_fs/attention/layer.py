@@ -10,7 +10,9 @@ Semantics (docs/design.md §1), for a sequence with global tokens ``G``:
 
 The band and the global-key columns are computed separately and merged through their
 log-sum-exps (:func:`~.softmax.merge_attention`), which equals the single softmax and
-lets the band come from any backend.
+lets the band come from any backend. The band keeps the global keys it reaches and the
+columns take the others, so the band's mask is the padding alone: no backend sees a mask
+with holes, and ``flash`` can take padding as segments.
 """
 
 from __future__ import annotations
@@ -23,26 +25,27 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .backends import get_backend
-from .dense import masked_attention
+from .dense import compute_dtype
 from .functional import band_attention_with_lse
-from .softmax import merge_attention
+from .softmax import masked_softmax_with_lse, merge_attention
 from .spec import BandSpec
 from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
 
 
 def global_token_index(global_mask: torch.Tensor, max_global: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions of global tokens, per row, padded to the largest count or to a fixed bound.
+    """Positions of global tokens, per row, in ``G`` slots: the largest count or a fixed bound.
 
     Args:
         global_mask: ``(B, T)`` bool.
         max_global: a static bound on the count per row, or None to use the largest
             count of this batch (at least 1). The count is data, so reading it stops
-            ``torch.compile``'s graph; a bound keeps every shape static (a row over it
-            fails an asynchronous check).
+            ``torch.compile``'s graph and makes the host wait for the device; a bound keeps
+            every shape static (a row over it fails an asynchronous check).
 
     Returns:
-        ``index`` ``(B, G)`` long, ascending positions per row (padding slots point at
-        0), and ``valid`` ``(B, G)`` bool marking the real slots.
+        ``index`` ``(B, G)`` long, distinct positions per row: its global tokens in
+        ascending order, then (in the slots past its count) the first positions that are
+        not global; and ``valid`` ``(B, G)`` bool marking the global ones.
     """
     counts = global_mask.sum(dim=1)
     if max_global is None:
@@ -57,12 +60,45 @@ def global_token_index(global_mask: torch.Tensor, max_global: int | None = None)
         g = min(max_global, global_mask.shape[1])
         torch._assert_async((counts <= g).all(), "global_mask: a row has more global tokens than max_global")
     # Sorting positions with every non-global one moved past the end lists each row's
-    # global positions first, in order (the keys are distinct: no stable sort, which ONNX lacks).
+    # global positions first, in order, then the others (the keys are distinct: no stable
+    # sort, which ONNX lacks). Distinct slots let the global rows be placed by a scatter.
     position = torch.arange(global_mask.shape[1], device=global_mask.device)
     key = torch.where(global_mask, position, position + global_mask.shape[1])
     index = torch.sort(key, dim=1).indices[:, :g]
     valid = torch.arange(g, device=global_mask.device)[None, :] < counts[:, None]
-    return index.masked_fill(~valid, 0), valid
+    return index, valid
+
+
+def band_reaches(offset: torch.Tensor, window: int, dilations: tuple[int, ...], causal: bool) -> torch.Tensor:
+    """Whether a head's band holds a key ``offset`` positions from its query.
+
+    Args:
+        offset: key position minus query position, any shape ``(B, 1, ...)``.
+
+    Returns:
+        bool, ``offset``'s shape with the head dimension 1 when every head has one
+        dilation, else ``(B, H, ...)``.
+    """
+    upper = 0 if causal else window
+    per_dilation = {
+        d: (offset.remainder(d) == 0) & (offset >= -window * d) & (offset <= upper * d) for d in set(dilations)
+    }
+    if len(per_dilation) == 1:
+        return next(iter(per_dilation.values()))
+    return torch.cat([per_dilation[d] for d in dilations], dim=1)
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """``q @ k^T * scale`` in float32 or wider, ``(B, H, Tq, Tk)``, without a float32 copy of
+    ``q``: half inputs on CUDA accumulate into float32 directly."""
+    dtype = compute_dtype(q.dtype)
+    if q.dtype != dtype and q.is_cuda and hasattr(torch.ops.aten.bmm, "dtype"):
+        batch, heads, length, dim = q.shape
+        flat = torch.bmm(
+            q.reshape(batch * heads, length, dim), k.transpose(-1, -2).reshape(batch * heads, dim, -1), out_dtype=dtype
+        )
+        return flat.view(batch, heads, length, -1) * scale
+    return torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)) * scale
 
 
 class LongformerSelfAttention(nn.Module):
@@ -134,13 +170,17 @@ class LongformerSelfAttention(nn.Module):
         x: torch.Tensor,
         key_padding_mask: torch.Tensor | None = None,
         global_mask: torch.Tensor | None = None,
+        max_global: int | None = None,
     ) -> torch.Tensor:
         """
         Args:
             x: ``(T, B, C)``.
-            key_padding_mask: ``(B, T)`` bool, True marks padding.
+            key_padding_mask: ``(B, T)`` bool, True marks padding, at the ends of a row as
+                fairseq and HF pad (the ``flash`` backend takes no other).
             global_mask: ``(B, T)`` bool, True marks tokens with global attention; the
                 count may differ between rows and may be zero.
+            max_global: a bound on this call's global tokens per row, in place of the
+                layer's ``max_global`` (a model that knows one from its inputs).
 
         Returns:
             ``(T, B, C)`` in the dtype of ``x``.
@@ -153,18 +193,18 @@ class LongformerSelfAttention(nn.Module):
         glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device, "global token")
         if glob is not None and pad is not None:
             glob = glob & ~pad
-        if glob is not None and self.max_global is None and not torch.compiler.is_compiling() and not bool(glob.any()):
-            glob = None  # skip the global path when no token is global (a read-back; bounded layers avoid it)
+        bound = self.max_global if max_global is None else max_global
+        if glob is not None and bound is None and not torch.compiler.is_compiling() and not bool(glob.any()):
+            glob = None  # skip the global path when no token is global (a read-back; bounded calls avoid it)
         dropout_p = self.dropout if self.training else 0.0
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        band_mask = pad if glob is None else (glob if pad is None else pad | glob)
         spec = BandSpec(self.window, self.dilations, self.causal, self.scale, dropout_p)
-        out, lse = band_attention_with_lse(q, k, v, band_mask, spec, self.backend)
+        out, lse = band_attention_with_lse(q, k, v, pad, spec, self.backend)
 
         bias = self.out_proj.bias
         if glob is not None:
-            out = self._add_global(x, q, k, v, out, lse, glob, pad, dropout_p)
+            out = self._add_global(x, q, k, v, out, lse, glob, pad, dropout_p, bound)
         elif self.training and torch.is_grad_enabled():
             bias = bias + self._touch_global_projections(x)  # on the (C,) bias: free
         if pad is not None:
@@ -183,36 +223,49 @@ class LongformerSelfAttention(nn.Module):
         touched = [proj(x[:0]).sum() for proj in self.global_projections() if proj.weight.requires_grad]
         return sum(touched, x.new_zeros((), dtype=self.out_proj.bias.dtype))
 
-    def _add_global(self, x, q, k, v, out, lse, glob, pad, dropout_p):
-        """Merge the global-key columns into local rows, then overwrite global rows."""
-        index, valid = global_token_index(glob, self.max_global)
-        batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]
+    def _add_global(self, x, q, k, v, out, lse, glob, pad, dropout_p, bound):
+        """Merge the global-key columns into local rows, then overwrite global rows.
 
-        # Local rows: the global keys, through the local projections. In causal mode a
-        # query sees only the global keys at or before it.
-        k_glob, v_glob = k[batch_idx, :, index].transpose(1, 2), v[batch_idx, :, index].transpose(1, 2)
-        allowed = valid[:, None, None, :]
+        The band itself holds every unpadded key in reach, global ones too (through the
+        local projections, as a local row sees them), so each local row takes the global
+        keys its band does not reach. The band's mask is then the padding alone, which
+        every backend takes at full speed.
+        """
+        index, valid = global_token_index(glob, bound)
+        batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]
+        pos = torch.arange(x.shape[0], device=x.device)
+
+        # Local rows: the global keys out of the band's reach, through the local projections.
+        # In causal mode a query sees only the global keys at or before it.
+        offset = index[:, None, None, :] - pos[None, None, :, None]  # (B, 1, T, G)
+        allowed = valid[:, None, None, :] & ~band_reaches(offset, self.window, self.dilations, self.causal)
         if self.causal:
-            pos = torch.arange(x.shape[0], device=x.device)
-            allowed = allowed & (index[:, None, None, :] <= pos[None, None, :, None])
-        out_g, lse_g = masked_attention(q, k_glob, v_glob, allowed, self.scale, dropout_p)
+            allowed = allowed & (offset <= 0)
+        k_glob, v_glob = k[batch_idx, :, index].transpose(1, 2), v[batch_idx, :, index].transpose(1, 2)
+        probs, lse_g = masked_softmax_with_lse(_scores(q, k_glob, self.scale), allowed)
+        if dropout_p > 0:
+            probs = F.dropout(probs, dropout_p)
+        out_g = torch.matmul(probs, v_glob.to(probs.dtype))  # (B, H, T, D), the merge's precision
         out, _ = merge_attention(out, lse, out_g, lse_g)
 
-        # Global rows: every non-padded key, through the global projections.
+        # Global rows: every non-padded key, through the global projections (SDPA: float32
+        # accumulation without float32 copies). A slot past a row's count attends every
+        # key too, so that no row is empty; it is never placed.
         x_rows = x.transpose(0, 1)[batch_idx, index].transpose(0, 1)  # (G, B, C)
         q_rows = self._heads(self.q_proj_global(x_rows))
         k_all, v_all = self._heads(self.k_proj_global(x)), self._heads(self.v_proj_global(x))
-        keys_ok = torch.ones_like(glob) if pad is None else ~pad
-        allowed = keys_ok[:, None, None, :]
+        allowed = torch.ones_like(glob) if pad is None else ~pad
+        allowed = allowed[:, None, None, :]  # (B, 1, 1, T)
         if self.causal:
             allowed = allowed & (pos[None, None, None, :] <= index[:, None, :, None])
-        rows, _ = masked_attention(q_rows, k_all, v_all, allowed, self.scale, dropout_p)
+        allowed = allowed | ~valid[:, None, :, None]
+        rows = F.scaled_dot_product_attention(
+            q_rows, k_all, v_all, attn_mask=allowed, dropout_p=dropout_p, scale=self.scale
+        )  # (B, H, G, D)
 
-        # Place each global row at its position: position t of a row takes its slot
-        # (the rank of t among the row's global tokens). An index and a where, not a
-        # scatter: no data-dependent shapes, and each gradient goes to one place. Indexed
-        # by (batch, slot) pairs, not gathered by an index expanded to (B, H, T, D): an
-        # exported graph would hold that index as int64 (96 MiB at 16K tokens, base model).
-        slot = (glob.long().cumsum(1) - 1).clamp(min=0)  # (B, T)
-        placed = rows.to(out.dtype)[batch_idx, :, slot].transpose(1, 2)  # (B, T, H, D) -> (B, H, T, D)
-        return torch.where(glob[:, None, :, None], placed, out)
+        # Each global row to its position: a scatter over the G distinct slots of each row,
+        # whose gradient is a gather (no accumulation over a sequence-long index); the
+        # slots past a row's count put back what was there.
+        slots = index[:, None, :, None].expand(-1, out.shape[1], -1, out.shape[-1])
+        rows = torch.where(valid[:, None, :, None], rows.to(out.dtype), out.gather(2, slots))
+        return out.scatter(2, slots, rows)

@@ -13,10 +13,15 @@ import torch
 from .band import band_width
 
 
-def band_distances(window: int, dilations: tuple[int, ...], causal: bool) -> torch.Tensor:
-    """``(H, W)`` long: query position minus key position for each band column."""
-    columns = torch.arange(band_width(window, causal))
-    return torch.tensor(dilations)[:, None] * (window - columns)[None, :]
+def band_distances(
+    window: int, dilations: tuple[int, ...], causal: bool, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """``(H, W)`` long on ``device``: query position minus key position for each band column.
+
+    Built where it is used, from ``arange``: no table is copied to the device per call."""
+    steps = window - torch.arange(band_width(window, causal), device=device)
+    per_dilation = {d: steps * d for d in set(dilations)}
+    return torch.stack([per_dilation[d] for d in dilations])
 
 
 def sinusoid(distances: torch.Tensor, dim: int) -> torch.Tensor:

@@ -73,14 +73,14 @@ class RelativeBandSelfAttention(nn.Module):
     def position_table(self, window: int | None = None) -> torch.Tensor:
         """``(H, W, D)`` for a call with one-sided ``window`` (default: the layer's)."""
         window = self.window if window is None else window
-        return self._project_distances(band_distances(window, self.dilations, self.causal))
+        return self._project_distances(band_distances(window, self.dilations, self.causal, self.pos_proj.weight.device))
 
     def _project_distances(self, distances: torch.Tensor) -> torch.Tensor:
         """``(H, N, D)``: head h's D outputs of ``W_R`` applied to the sinusoids of its
         ``distances[h]`` (``(H, N)``): H*N*C*D work, not the H*N*C*C of projecting every
         head fully."""
         weight = self.pos_proj.weight.view(self.num_heads, self.head_dim, self.embed_dim)
-        embedded = sinusoid(distances.to(weight.device), self.embed_dim).to(weight)
+        embedded = sinusoid(distances, self.embed_dim).to(weight)
         return torch.einsum("hnc,hdc->hnd", embedded, weight)
 
     def reach(self) -> int:
@@ -128,6 +128,12 @@ class RelativeBandSelfAttention(nn.Module):
         out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels).to(x.dtype)
         return self.out_proj(out)
 
+    def _lookback(self, first: int, end: int, device: torch.device) -> torch.Tensor:
+        """``(H, end - first)`` long: each head's distances ``d_h * k`` for ``k`` in ``[first, end)``,
+        built on ``device`` (no per-step copy of the dilations)."""
+        steps = torch.arange(first, end, device=device)
+        return torch.stack([steps * d for d in self.dilations])
+
     def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i: int, cache: BandCache) -> torch.Tensor:
         """Token ``i`` of the new ones (its query ``q``: ``(B, H, 1, D)``) after storing its
         key and value: its band over the cache, ``(B, H, 1, D)``."""
@@ -136,10 +142,9 @@ class RelativeBandSelfAttention(nn.Module):
         steps = min(self.window, position) + 1  # look-backs k = 0..w, those before the text dropped below
         have = 0 if cache.position_rows is None else cache.position_rows.shape[1]
         if have < steps:  # the rows of new distances d_h * k, k = have..steps-1: each computed once
-            lookback = torch.arange(have, steps, device=q.device)
-            rows = self._project_distances(torch.tensor(self.dilations, device=q.device)[:, None] * lookback)
+            rows = self._project_distances(self._lookback(have, steps, q.device))
             cache.position_rows = rows if have == 0 else torch.cat([cache.position_rows, rows], dim=1)
-        lookback = torch.tensor(self.dilations, device=q.device)[:, None] * torch.arange(steps, device=q.device)
+        lookback = self._lookback(0, steps, q.device)
         keys, values, valid = cache.gather(position, lookback)
         dtype = compute_dtype(q.dtype)
         content = torch.einsum("bhqd,bhkd->bhqk", (q + self.content_bias[:, None]).to(dtype), keys.to(dtype))

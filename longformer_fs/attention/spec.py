@@ -23,6 +23,9 @@ class BandSpec:
         dropout_p: dropout on the probabilities; 0 outside training.
         relative: whether the call adds a relative-position term
             (:class:`PositionTerm`), which not every backend implements.
+        padding_at_ends: the key mask, if any, pads only the ends of each row, as
+            fairseq's and HF's batches do (``flash`` takes no other); False where a
+            caller's mask may have holes.
     """
 
     window: int
@@ -31,6 +34,7 @@ class BandSpec:
     scale: float
     dropout_p: float = 0.0
     relative: bool = False
+    padding_at_ends: bool = True
 
     def head_groups(self) -> dict[int, list[int]]:
         """Heads grouped by dilation, in order of first appearance."""

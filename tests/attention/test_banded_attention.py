@@ -77,6 +77,9 @@ def test_gradcheck(backend):
         assert torch.autograd.gradcheck(
             lambda a, b, c: banded_attention(a, b, c, window, dilation, causal, pad, backend=backend),
             leaves,
+            # flash's CPU stand-in is dense and slow per call: a random direction's Jacobian
+            # product (gradcheck's fast mode) checks its backward in 1/20th of the time.
+            fast_mode=backend == "flash",
         )
 
 
@@ -156,7 +159,7 @@ BAD_ARGS = [
     (dict(key_padding_mask=torch.zeros(2, 9, dtype=torch.bool)), "key_padding_mask"),
     (dict(key_padding_mask=torch.zeros(2, 10)), "key_padding_mask"),
     (dict(scale="big"), "scale"),
-    (dict(backend="flash"), "backend"),
+    (dict(backend="flash3"), "backend"),
 ]
 
 

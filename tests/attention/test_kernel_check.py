@@ -62,6 +62,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Fake GPU 80GB")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
 
 
 def record(passed: bool) -> CheckReport:
@@ -75,23 +76,38 @@ RELATIVE = BandSpec(16, (1,), True, 0.125, relative=True)
 # What `check` measured on the fake GPU: the kernels fastest for plain bf16 calls only.
 TIMINGS = {
     "bfloat16": {
-        "plain": {"kernel": 0.8, "flex": 1.0, "chunks": 10.0},
+        "plain": {"kernel": 0.8, "flash": 0.9, "flex": 1.0, "chunks": 10.0},
         "relative": {"kernel": 3.0, "flex": 2.0, "chunks": 9.0},
     }
 }
 
 
-def test_auto_on_cuda_takes_flex_until_check_measures_the_backends(cache, fake_gpu):
+def test_auto_on_cuda_takes_flash_or_flex_until_check_measures_the_backends(cache, fake_gpu):
     cuda = torch.device("cuda")
     backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
-    assert backend.name == "flex" and "no measurement" in reason
+    assert backend.name == "flash" and "no measurement" in reason
     assert "kernel: the CUDA kernels are not verified on Fake GPU 80GB" in reason and "longformer-fs check" in reason
+    backend, reason = choose_backend(SPEC, cuda, torch.float32)  # FlashAttention has no float32
+    assert backend.name == "flex" and "flash: FlashAttention computes in float16 or bfloat16" in reason
     save_report(record(passed=False))
-    backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
+    backend, reason = choose_backend(SPEC, cuda, torch.float32)
     assert backend.name == "flex" and "failed on Fake GPU 80GB" in reason
     # A passing check alone does not make the kernels the choice: only a measurement does.
     save_report(record(passed=True))
-    assert choose_backend(SPEC, cuda, torch.bfloat16)[0].name == "flex"
+    assert choose_backend(SPEC, cuda, torch.float32)[0].name == "flex"
+    assert choose_backend(SPEC, cuda, torch.bfloat16)[0].name == "flash"
+
+
+def test_auto_passes_over_flash_where_its_check_failed(cache, fake_gpu):
+    cuda = torch.device("cuda")
+    flash_wrong = CaseResult("T=70 w=5", "bfloat16", {"dq": 1.0}, 5e-2, False, "flash")
+    report = record(passed=True)
+    report.results.append(flash_wrong)
+    path = save_report(report)
+    stored = json.loads(path.read_text())[check_records.record_key(report.device, report.build)]
+    assert stored["passed"] and stored["backends"] == {"kernel": True, "flash": False}  # the kernels stay trusted
+    backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
+    assert backend.name == "flex" and "flash: `longformer-fs check` found it wrong on Fake GPU 80GB" in reason
 
 
 def test_auto_on_cuda_takes_the_fastest_measured_verified_backend(cache, fake_gpu):
@@ -99,7 +115,7 @@ def test_auto_on_cuda_takes_the_fastest_measured_verified_backend(cache, fake_gp
     save_report(record(passed=True), TIMINGS)
     backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
     assert backend.name == "kernel" and "fastest that `longformer-fs check` measured here" in reason
-    assert "kernel 0.80 ms, flex 1.00 ms, chunks 10.00 ms" in reason
+    assert "kernel 0.80 ms, flash 0.90 ms, flex 1.00 ms, chunks 10.00 ms" in reason
     assert choose_backend(RELATIVE, cuda, torch.bfloat16)[0].name == "flex"
     assert choose_backend(SPEC, cuda, torch.float32)[0].name == "flex"  # not measured in fp32
     # Calls flex cannot compute go to the fastest backend that can.
@@ -108,12 +124,15 @@ def test_auto_on_cuda_takes_the_fastest_measured_verified_backend(cache, fake_gp
     # Timings of kernels that failed their check are never used.
     save_report(record(passed=False), TIMINGS)
     backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
-    assert backend.name == "flex" and "flex 1.00 ms, chunks 10.00 ms" in reason and "failed on" in reason
-    # Another build (a rebuilt extension) is not covered by this record.
+    assert (
+        backend.name == "flash" and "flash 0.90 ms, flex 1.00 ms, chunks 10.00 ms" in reason and "failed on" in reason
+    )
+    # Another build (a rebuilt extension) is not covered by this record: auto's order again.
     save_report(record(passed=True), TIMINGS)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernel_backend, "build_id", lambda: "another-build")
-        assert choose_backend(SPEC, cuda, torch.bfloat16)[0].name == "flex"
+        assert choose_backend(SPEC, cuda, torch.bfloat16)[0].name == "flash"
+        assert choose_backend(SPEC, cuda, torch.float32)[0].name == "flex"
 
 
 def test_check_times_the_candidates_it_would_choose_among(cache):

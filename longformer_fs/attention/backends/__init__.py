@@ -40,14 +40,14 @@ import torch
 from .. import check_records
 from ..spec import BandAttentionFn, BandSpec
 from ..tracing import constant_when_traced
-from . import chunks, flex, kernel, reference
+from . import chunks, flash, flex, kernel, reference
 from .chunks import chunks_band_attention
 from .reference import reference_band_attention
 
 logger = logging.getLogger(__name__)
 
 
-def _no_limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str | None:
+def _no_limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> str | None:
     return None
 
 
@@ -61,8 +61,9 @@ class Backend:
     # a call on hardware that is not here.
     work: Callable[[int, BandSpec], int]
     unavailable_reason: Callable[[], str | None] = lambda: None
-    # Why the backend cannot compute a call (None: it can), given its spec, device and head dimension.
-    limitation: Callable[[BandSpec, torch.device, int], str | None] = _no_limitation
+    # Why the backend cannot compute a call (None: it can), given its spec, device, head dimension
+    # and input dtype (None: any).
+    limitation: Callable[..., str | None] = _no_limitation
 
     @property
     def available(self) -> bool:
@@ -72,6 +73,9 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
+        Backend("flash", flash.flash_band_attention, "FlashAttention-2's sliding window from torch's aten, with "
+                "dilation as segments (fp16/bf16 on CUDA; a dense stand-in on CPU, for tests)", flash.work,
+                flash.unavailable_reason, flash.limitation),
         Backend("kernel", kernel.kernel_band_attention, "compiled C++/CUDA band kernels, memory O(T*D)",
                 kernel.work, kernel.unavailable_reason, kernel.limitation),
         Backend("flex", flex.flex_band_attention, "PyTorch FlexAttention with a block-sparse band, compiled once "
@@ -85,10 +89,12 @@ BACKENDS: dict[str, Backend] = {
 # Without a measurement, "auto" takes the first backend in this order that can compute the
 # call, per device type. The CUDA kernels are last there: until `check` has timed them they
 # are only the exact path, not a fast one.
-AUTO_ORDER = {"cpu": ("kernel", "chunks"), "cuda": ("flex", "chunks", "kernel")}
+AUTO_ORDER = {"cpu": ("kernel", "chunks"), "cuda": ("flash", "flex", "chunks", "kernel")}
 # Why a backend is trusted on a device type without a check of its own.
 _TRUSTED = {
     ("kernel", "cpu"): "the compiled CPU kernels, tested in CI against the float64 oracle",
+    ("flash", "cuda"): "FlashAttention-2's window from torch's aten, the band's work in fp16/bf16 with dropout "
+    "(no measurement of this GPU; `longformer-fs check` times the backends)",
     ("flex", "cuda"): "PyTorch-maintained FlexAttention (no measurement of this GPU; `longformer-fs check` "
     "times the backends)",
     ("chunks", "cpu"): "blocked PyTorch",
@@ -107,12 +113,16 @@ def available_backends() -> list[str]:
     return [name for name, b in BACKENDS.items() if b.available]
 
 
-def why_not(name: str, spec: BandSpec | None, device: torch.device, head_dim: int) -> str | None:
+def why_not(
+    name: str, spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None
+) -> str | None:
     """Why ``auto`` passes over backend ``name`` for this call (None: it may take it)."""
     backend = BACKENDS[name]
     reason = backend.unavailable_reason()
     if reason is None and spec is not None:
-        reason = backend.limitation(spec, device, head_dim)
+        reason = backend.limitation(spec, device, head_dim, dtype)
+    if reason is None and name == "flash" and device.type == "cuda" and torch.cuda.is_available():
+        return check_records.check_failed(device, kernel.build_id(), "flash")
     if reason is None and name == "kernel" and device.type == "cuda":
         if not kernel.has_cuda():
             return "this build of the extension has no CUDA kernels"
@@ -139,7 +149,7 @@ def choose_backend(
     order = AUTO_ORDER.get(device.type, AUTO_ORDER["cpu"])
     candidates, passed = [], []
     for name in order:
-        reason = why_not(name, spec, device, head_dim)
+        reason = why_not(name, spec, device, head_dim, dtype)
         if reason is None:
             candidates.append(name)
         else:
@@ -160,7 +170,7 @@ def choose_backend(
                 + ")"
             )
     if because is None:
-        because = _TRUSTED.get((name, device.type))
+        because = _TRUSTED.get((name, device.type), "the first in auto's order that can compute the call")
         if name == "kernel" and device.type == "cuda":
             because = check_records.kernels_verified(device, kernel.build_id())[1]
     reason = f"{name} on {device.type}: {because}"
@@ -180,16 +190,18 @@ def forget_choices() -> None:
 
 
 @constant_when_traced
-def _auto_name(device_type: str, device_index: int, dtype: str, head_dim: int, dropout: bool, relative: bool) -> str:
+def _auto_name(
+    device_type: str, device_index: int, dtype: str, head_dim: int, dropout: bool, relative: bool, ends: bool
+) -> str:
     """``auto``'s choice for calls of this kind, logged once per process and choice.
 
     The choice depends only on these arguments; under ``torch.compile`` it is a constant
     of the graph, made here in plain Python.
     """
-    key = (device_type, device_index, dtype, head_dim, dropout, relative)
+    key = (device_type, device_index, dtype, head_dim, dropout, relative, ends)
     if key not in _CHOICES:
         device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
-        spec = BandSpec(0, (1,), False, 1.0, dropout_p=0.5 if dropout else 0.0, relative=relative)
+        spec = BandSpec(0, (1,), False, 1.0, 0.5 if dropout else 0.0, relative, padding_at_ends=ends)
         backend, reason = choose_backend(spec, device, getattr(torch, dtype), head_dim)
         if (backend.name, reason) not in _LOGGED:
             _LOGGED.add((backend.name, reason))
@@ -207,7 +219,8 @@ def get_backend(name: str, spec: BandSpec | None = None, q: torch.Tensor | None 
         head_dim = q.shape[-1] if q is not None else 64
         dropout = spec is not None and spec.dropout_p > 0
         relative = spec is not None and spec.relative
-        return BACKENDS[_auto_name(device.type, index, dtype, head_dim, dropout, relative)]
+        ends = spec is None or spec.padding_at_ends
+        return BACKENDS[_auto_name(device.type, index, dtype, head_dim, dropout, relative, ends)]
     if name not in BACKENDS:
         raise ValueError(
             f"backend: unknown attention backend {name!r}; choose 'auto' or one of {', '.join(available_backends())}"

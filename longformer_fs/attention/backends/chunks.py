@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import calls
 from ..band import band_width, effective_window
 from ..dense import compute_dtype
 from ..softmax import masked_softmax_with_lse
@@ -134,6 +135,7 @@ def _from_residues(x: torch.Tensor, d: int) -> torch.Tensor:
 
 def chunks_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
+    calls.record("chunks", spec)
     b, h, t, _ = q.shape
     dtype = compute_dtype(q.dtype)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)

@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from .. import calls
 from ..band import residue_length
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm
@@ -67,7 +68,7 @@ def build_id() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-def limitation(spec: BandSpec, device: torch.device, head_dim: int) -> str | None:
+def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> str | None:
     """Why the kernels cannot compute this call: they have no attention dropout."""
     return "it cannot compute this call (attention dropout)" if spec.dropout_p else None
 
@@ -212,6 +213,7 @@ def kernel_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionT
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     if spec.dropout_p:
         raise ValueError("backend: 'kernel' has no attention dropout yet; use backend='auto' or 'chunks'")
+    calls.record("kernel", spec)
     key_ok = None if key_mask is None else ~key_mask
     pos_query, table = (None, None) if position is None else (position.query, position.table)
     return band_forward(q, k, v, key_ok, pos_query, table, list(spec.dilations), spec.window, spec.causal, spec.scale)

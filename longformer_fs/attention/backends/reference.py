@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import calls
 from ..band import head_band_columns, head_band_mask
 from ..dense import compute_dtype, masked_attention
 from ..spec import BandOutput, BandSpec, PositionTerm
@@ -24,6 +25,7 @@ def work(seq_len: int, spec: BandSpec) -> int:
 
 def reference_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
+    calls.record("reference", spec)
     allowed = head_band_mask(q.shape[2], spec.window, spec.dilations, spec.causal, q.device)[None]
     if key_mask is not None:
         allowed = allowed & ~key_mask[:, None, None, :]

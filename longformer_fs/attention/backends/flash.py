@@ -1,0 +1,308 @@
+"""The "flash" backend: FlashAttention-2's sliding window, as torch ships it in aten.
+
+``aten::_flash_attention_forward`` and ``_flash_attention_backward`` take a window
+(``window_size_left``, ``window_size_right``), attention dropout and variable-length
+segments (``cum_seq``), and return each row's log-sum-exp: a band of ``w`` per side is
+the window ``(w, w)``, a causal one ``(w, 0)``. The band's tiles are all it visits, so it
+costs the band's work, in fp16 or bf16, with the recipes' dropout.
+
+Around the two ops:
+
+- **Dilation costs the band's work.** A ``(w, d)`` head's band is an undilated ``w`` band
+  on each of the ``d`` residue classes ``i = r (mod d)`` (docs/design.md §3). In the
+  residue order (:func:`~..band.residue_order`, the one ``flex`` uses) each class is a run
+  of slots: a segment of its own, with the window ``w``. Heads of one dilation share
+  their segments; each dilation is one call.
+- **Padding becomes segments.** fairseq and HF pad at the ends of a row (fairseq's
+  translation task on the left, the rest on the right). A row's leading and trailing
+  padding, in each residue class, are segments of their own, so no real query sees a
+  padded key; padded queries are the caller's to zero. The segments' bounds are computed
+  on the device, three per row and class whatever the padding: nothing is read back and
+  every shape is static. Padding inside a row cannot be a segment: the call fails on the
+  device (an asynchronous check), and :func:`~longformer_fs.attention.banded_attention`,
+  whose masks may have holes, does not take this backend.
+- **The log-sum-exp's gradient.** The layer merges the band with its global keys through
+  the log-sum-exp, so the band's log-sum-exp ``L`` carries a gradient ``g``, which
+  FlashAttention's backward does not take. Its backward forms ``D = rowsum(dO * O)`` and
+  ``dS = P (dP - D)``; the gradient of ``L`` adds ``P g``, that is ``D - g`` in place of
+  ``D``. So the backward is given ``O' = O - (g / |dO|^2) dO``, whose ``D`` is exactly
+  that. ``|g| / |dO|`` never exceeds the distance between the band's output and the
+  merged one, so ``O'`` stays within the outputs' range in half precision.
+
+On CPU the same code runs :mod:`.flash_stand_in`, which computes the two ops densely with
+their contract: the tests check the index logic above against the float64 oracle there.
+``auto`` never takes this backend on CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import calls
+from ..band import effective_window, residue_order
+from ..dense import compute_dtype
+from ..spec import BandOutput, BandSpec, PositionTerm
+from . import flash_stand_in
+
+HALF = (torch.float16, torch.bfloat16)
+MAX_HEAD_DIM = 256  # FlashAttention-2's largest head
+WINDOW_ARGS = ("window_size_left", "window_size_right")
+
+
+def _schema_arguments() -> set[str]:
+    try:
+        return {a.name for a in torch.ops.aten._flash_attention_forward.default._schema.arguments}
+    except (AttributeError, RuntimeError):
+        return set()
+
+
+def unavailable_reason() -> str | None:
+    """Why torch here has no windowed FlashAttention (None: it has)."""
+    missing = [name for name in WINDOW_ARGS if name not in _schema_arguments()]
+    if missing:
+        return f"torch {torch.__version__}'s aten::_flash_attention_forward takes no {missing[0]}"
+    return None
+
+
+def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> str | None:
+    """Why FlashAttention cannot compute this call: the position term, an unsupported head, or (on
+    CUDA) full precision or a GPU older than sm80. On CPU the stand-in computes every call."""
+    if spec.relative:
+        return "it has no relative-position term"
+    if not spec.padding_at_ends:
+        return "its masks may pad inside a row (FlashAttention takes padding at the row ends only)"
+    if device.type == "cuda":
+        if head_dim % 8 or head_dim > MAX_HEAD_DIM:
+            return (
+                f"FlashAttention-2 takes head dimensions that are multiples of 8 up to {MAX_HEAD_DIM} "
+                f"(this call: {head_dim})"
+            )
+        if dtype is not None and dtype not in HALF:
+            return f"FlashAttention computes in float16 or bfloat16 (this call: {str(dtype).replace('torch.', '')})"
+        if torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] < 8:
+            return "FlashAttention-2 needs an sm80 GPU or newer"
+    return None
+
+
+def work(seq_len: int, spec: BandSpec) -> int:
+    """Query-key pairs visited for one batch row: the 128 x 128 tiles that each residue class's
+    band touches, summed over heads."""
+    block = 128
+    total = 0
+    for d, heads in spec.head_groups().items():
+        w = effective_window(spec.window, seq_len, d)
+        right = 0 if spec.causal else w
+        for r in range(min(d, seq_len)):
+            length = (seq_len - r + d - 1) // d
+            for start in range(0, length, block):
+                lo, hi = max(0, start - w), min(length - 1, start + block - 1 + right)
+                total += len(heads) * block * block * (hi // block - lo // block + 1)
+    return total
+
+
+# ------------------------------------------------------------------ the two ops
+
+
+def _ops(device: torch.device):
+    """``(forward, backward)``: aten's FlashAttention on CUDA (and on ``meta``, where its shape
+    functions run the CUDA path without a GPU), the stand-in elsewhere."""
+    if device.type in ("cuda", "meta"):
+        return torch.ops.aten._flash_attention_forward, torch.ops.aten._flash_attention_backward
+    return flash_stand_in.forward, flash_stand_in.backward
+
+
+def _positions_lse(lse: torch.Tensor, cum_seq: torch.Tensor, total: int) -> torch.Tensor:
+    """The log-sum-exp as ``(H, total)``, from either layout FlashAttention-2 has returned:
+    ``(H, total)`` already, or ``(segments, H, max_len)`` (rows past a segment's end unused)."""
+    if lse.dim() == 2:
+        return lse
+    rows = torch.arange(total, device=lse.device, dtype=cum_seq.dtype)
+    segment = torch.searchsorted(cum_seq, rows, right=True) - 1
+    offset = rows - cum_seq[segment]
+    return lse[segment, :, offset.long()].T
+
+
+class _FlashBand(torch.autograd.Function):
+    """FlashAttention-2 over packed ``(total, H, D)`` segments, returning ``(out, lse (H, total))``,
+    both differentiable (see the module docstring for the log-sum-exp's gradient)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cum_seq, max_len, left, right, dropout_p, scale, draws=None):
+        forward_op, _ = _ops(q.device)
+        out, lse, rng_state, unused, debug = forward_op(
+            q, k, v, cum_seq, cum_seq, max_len, max_len, dropout_p, False, draws is not None,
+            scale=scale, window_size_left=left, window_size_right=right,
+        )  # fmt: skip
+        if draws is not None:  # checks only: the dropout draw, as FlashAttention's debug mask
+            draws.append(debug)
+        ctx.save_for_backward(q, k, v, out, lse, cum_seq, rng_state, unused)
+        ctx.settings = (max_len, left, right, dropout_p, scale)
+        return out, _positions_lse(lse, cum_seq, q.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse, cum_seq, rng_state, unused = ctx.saved_tensors
+        max_len, left, right, dropout_p, scale = ctx.settings
+        _, backward_op = _ops(q.device)
+        grad_out = torch.zeros_like(out) if grad_out is None else grad_out.contiguous()
+        given = out
+        if grad_lse is not None:
+            dtype = compute_dtype(out.dtype)
+            dout = grad_out.to(dtype)
+            norm = dout.square().sum(-1)  # (total, H)
+            shift = -grad_lse.T.to(dtype) / torch.where(norm > 0, norm, torch.ones_like(norm))
+            given = (out.to(dtype) + shift.unsqueeze(-1) * dout).to(out.dtype)
+        dq, dk, dv = backward_op(
+            grad_out, q, k, v, given, lse, cum_seq, cum_seq, max_len, max_len, dropout_p, False, rng_state, unused,
+            scale=scale, window_size_left=left, window_size_right=right,
+        )  # fmt: skip
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+class _Reorder(torch.autograd.Function):
+    """Rows of ``x`` ``(B, T, ...)`` in ``order`` along T; the gradient gathers by the inverse
+    permutation (autograd's own would scatter-add, an accumulation, over T rows)."""
+
+    @staticmethod
+    def forward(ctx, x, order, inverse):
+        ctx.save_for_backward(inverse)
+        return x.index_select(1, order)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(1, inverse), None, None
+
+
+# ------------------------------------------------------------------ segments
+
+
+def _class_bounds(seq_len: int, dilation: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each residue class's first slot in a row and its length: ``(d,)`` long twice.
+
+    Built on the device from ``arange`` (as every tensor here): no copy from the host, and
+    under ``torch.compile`` no specialisation on the length."""
+    residue = torch.arange(dilation, device=device)
+    lengths = (seq_len - residue + dilation - 1) // dilation
+    return lengths.cumsum(0) - lengths, lengths
+
+
+def _orders(seq_len: int, dilation: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residue order (:func:`~..band.residue_order`: each slot's position) and its inverse
+    (each position's slot), ``(T,)`` long."""
+    starts, _ = _class_bounds(seq_len, dilation, device)
+    position = torch.arange(seq_len, device=device)
+    slot = starts[position % dilation] + position // dilation
+    return torch.empty_like(slot).scatter_(0, slot, position), slot
+
+
+def _segments(key_mask: torch.Tensor | None, batch: int, seq_len: int, dilation: int, device) -> torch.Tensor:
+    """``cum_seq`` (int32): per row and residue class, one segment of its tokens, or, with
+    padding (``key_mask`` ``(B, T)`` bool, True for padded keys, at the row ends), three:
+    the leading padding, the tokens and the trailing padding. Bounded on the device, with
+    a count that depends on the shape alone: nothing is read back."""
+    starts, lengths = _class_bounds(seq_len, dilation, device)
+    base = torch.arange(batch, device=device)[:, None] * seq_len + starts  # (B, d)
+    if key_mask is None:
+        bounds = base.reshape(-1)
+    else:
+        padded = key_mask.int()
+        lead = padded.cumprod(1).sum(1)  # (B,)
+        trail = torch.minimum(padded.flip(1).cumprod(1).sum(1), seq_len - lead)
+        torch._assert_async(
+            (padded.sum(1) == lead + trail).all(),
+            "flash attention: key_padding_mask pads inside a row; FlashAttention takes padding at the row ends only",
+        )
+        residue = torch.arange(dilation, device=device)
+        # Slots of class r before position p: ceil((p - r) / d), 0 below r.
+        lead_slots = (lead[:, None] - residue + dilation - 1).clamp(min=0) // dilation  # (B, d)
+        real_end = (seq_len - trail[:, None] - residue + dilation - 1).clamp(min=0) // dilation
+        bounds = torch.stack([base, base + lead_slots, base + real_end], dim=-1).reshape(-1)
+    end = torch.full((1,), batch * seq_len, device=device, dtype=bounds.dtype)
+    return torch.cat([bounds, end]).int()
+
+
+# ------------------------------------------------------------------ the backend
+
+
+def _heads(x: torch.Tensor, heads: list[int]) -> torch.Tensor:
+    """``x[:, heads]`` without an index tensor (which a list would copy to the device each call)."""
+    if heads == list(range(heads[0], heads[-1] + 1)):
+        return x[:, heads[0] : heads[-1] + 1]
+    return torch.cat([x[:, h : h + 1] for h in heads], dim=1)
+
+
+def _group(q, k, v, key_mask, spec: BandSpec, dilation: int, draws: list | None = None):
+    """One dilation's heads ``(B, Hg, T, D)``: ``(out (B, Hg, T, D), lse (B, Hg, T))``; with
+    ``draws`` (checks only), the dropout draw appended as a ``(B, Hg, T, T)`` keep mask."""
+    batch, heads, seq_len, head_dim = q.shape
+    packed = [x.transpose(1, 2) for x in (q, k, v)]  # (B, T, Hg, D)
+    if dilation > 1:
+        order, inverse = _orders(seq_len, dilation, q.device)
+        packed = [_Reorder.apply(x, order, inverse) for x in packed]
+    packed = [x.reshape(batch * seq_len, heads, head_dim).contiguous() for x in packed]
+    cum_seq = _segments(key_mask, batch, seq_len, dilation, q.device)
+    window = effective_window(spec.window, seq_len, dilation)
+    max_len = -(-seq_len // dilation)
+    debug = None if draws is None else []
+    out, lse = _FlashBand.apply(
+        *packed, cum_seq, max_len, window, 0 if spec.causal else window, spec.dropout_p, spec.scale, debug
+    )
+    if draws is not None:
+        draws.append(_keep_by_position(debug[0], cum_seq, batch, seq_len, dilation))
+    out = out.view(batch, seq_len, heads, head_dim)
+    lse = lse.reshape(heads, batch, seq_len).permute(1, 0, 2)  # (B, Hg, T) in slots
+    if dilation > 1:
+        out = _Reorder.apply(out, inverse, order)
+        lse = _Reorder.apply(lse.transpose(1, 2), inverse, order).transpose(1, 2)
+    return out.transpose(1, 2), lse
+
+
+def _keep_by_position(debug: torch.Tensor, cum_seq: torch.Tensor, batch: int, seq_len: int, dilation: int):
+    """FlashAttention's debug mask ``(segments, Hg, >= max_len, >= max_len)``, where a dropped
+    pair's probability is negated, as a ``(B, Hg, T, T)`` bool mask by position, True where
+    a pair is kept (pairs of different segments, never attended, count as kept)."""
+    heads = debug.shape[1]
+    keep = torch.ones(batch, heads, seq_len, seq_len, dtype=torch.bool, device=debug.device)
+    bounds = cum_seq.tolist()
+    order = residue_order(seq_len, dilation).to(debug.device)
+    for segment, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        if end == start:
+            continue
+        rows = torch.arange(start, end, device=debug.device)
+        row, position = rows // seq_len, order[rows % seq_len]
+        local = debug[segment, :, : end - start, : end - start] >= 0  # (Hg, n, n)
+        keep[row[0], :, position[:, None], position[None, :]] = local
+    return keep
+
+
+def attention_with_draws(q, k, v, key_mask, spec: BandSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A call of this backend that also returns its dropout draw: ``(out, lse, keep)``, with
+    ``keep`` ``(B, H, T, T)`` bool, True for the pairs the dropout kept (FlashAttention's
+    debug mask read by position). For ``check`` and the tests, on a few hundred tokens:
+    it reads the segments back to the host."""
+    draws: list = []
+    groups = spec.head_groups()
+    outs, lses, keeps = [None] * q.shape[1], [None] * q.shape[1], [None] * q.shape[1]
+    for dilation, heads in groups.items():
+        out, lse = _group(*(_heads(x, heads) for x in (q, k, v)), key_mask, spec, dilation, draws)
+        for i, head in enumerate(heads):
+            outs[head], lses[head], keeps[head] = out[:, i : i + 1], lse[:, i : i + 1], draws[-1][:, i : i + 1]
+    return torch.cat(outs, dim=1), torch.cat(lses, dim=1), torch.cat(keeps, dim=1)
+
+
+def flash_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+    """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
+    why_not = limitation(spec, q.device, q.shape[-1], q.dtype)
+    if why_not is not None or position is not None:
+        raise ValueError(f"backend: 'flash' cannot compute this call: {why_not or 'it has no position term'}")
+    calls.record("flash", spec)
+    groups = spec.head_groups()
+    if len(groups) == 1:
+        return _group(q, k, v, key_mask, spec, next(iter(groups)))
+    outs, lses = [None] * q.shape[1], [None] * q.shape[1]
+    for dilation, heads in groups.items():
+        out, lse = _group(*(_heads(x, heads) for x in (q, k, v)), key_mask, spec, dilation)
+        for i, head in enumerate(heads):
+            outs[head], lses[head] = out[:, i : i + 1], lse[:, i : i + 1]
+    return torch.cat(outs, dim=1), torch.cat(lses, dim=1)
