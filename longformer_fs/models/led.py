@@ -20,14 +20,21 @@ import argparse
 import logging
 import re
 
+from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart.model import BARTModel, bart_base_architecture, bart_large_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
+from fairseq.modules import MultiheadAttention
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from ..attention.tracing import constant_when_traced
+from ..modules.compiled import allow_graphs, compiled_in_training
 from .checkpoints import add_global_projections, check_learned_positions
-from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg
+from .longformer_encoder import LongformerTransformerEncoder, add_compile_layers_arg, add_max_global_tokens_arg
 from .pretrained import FromPretrained
 
 logger = logging.getLogger(__name__)
@@ -63,6 +70,67 @@ class LEDEncoder(LongformerTransformerEncoder):
         super().__init__(args, dictionary, embed_tokens, first_only=True)
 
 
+class _SharedTraceAttention(MultiheadAttention):
+    """fairseq's attention, whose incremental-state key a trace takes as a constant.
+
+    The key names the layer (a random id per module), and fairseq computes it in every
+    forward, in training too, where no incremental state exists; a compiled layer would
+    guard on it, one graph per layer. Taken as a constant it is not guarded, so the
+    decoder's layers share their graph. Only compiled training traces it, and it never has
+    an incremental state; generation runs eagerly, where nothing changes.
+    """
+
+    @constant_when_traced
+    def _get_full_incremental_state_key(self, key: str) -> str:
+        return super()._get_full_incremental_state_key(key)
+
+
+def _shared_trace(attention: MultiheadAttention) -> MultiheadAttention:
+    if type(attention) is MultiheadAttention:
+        attention.__class__ = _SharedTraceAttention
+    return attention
+
+
+class LEDDecoderLayer(TransformerDecoderLayerBase):
+    """BART's decoder layer, compiled in training with ``--compile-layers``; its layers then
+    share one graph (the last has its own: fairseq returns its attention weights)."""
+
+    forward = compiled_in_training(TransformerDecoderLayerBase.forward)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return _shared_trace(super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn))
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return _shared_trace(super().build_encoder_attention(embed_dim, cfg))
+
+
+class LEDDecoder(TransformerDecoderBase):
+    """BART's decoder, unchanged in what it computes.
+
+    - It takes its targets' padding mask as it is. fairseq's decoder asks the device
+      whether the targets hold padding (``.any()``: the host waits every step) unless
+      ``cross_self_attention`` is set, and then passes the mask. Only that check reads the
+      decoder's flag; each layer keeps its own, built from the model's settings.
+    - Its layers are :class:`LEDDecoderLayer`, wrapped as fairseq wraps its own
+      (activation checkpointing, FSDP).
+    """
+
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn: bool, compile_layers: bool):
+        self.compile_layers = compile_layers  # read by build_decoder_layer, inside the base __init__
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.cross_self_attention = True
+        if compile_layers:
+            allow_graphs(2)  # the layers, and the last, which returns its attention
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = LEDDecoderLayer(cfg, no_encoder_attn)
+        layer.compile_layers = self.compile_layers
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        # FSDP wraps a checkpointed layer whatever its size, as fairseq's decoder does.
+        return fsdp_wrap(layer, min_num_params=0 if cfg.checkpoint_activations else cfg.min_params_to_wrap)
+
+
 @register_model("led")
 class LEDModel(FromPretrained, BARTModel):
     """BART with a Longformer encoder for long sources."""
@@ -74,6 +142,7 @@ class LEDModel(FromPretrained, BARTModel):
                             help="one-sided encoder window per layer: 'w' for all layers or 'w0,w1,...' "
                                  f"(default {DEFAULT_WINDOW}, the paper's 1,024-token window)")  # fmt: skip
         add_max_global_tokens_arg(parser)
+        add_compile_layers_arg(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -88,6 +157,12 @@ class LEDModel(FromPretrained, BARTModel):
         model = super().build_model(args, task)
         model.encoder.init_global_projections(trainable=True)  # after BART's own initialisation
         return model
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        compile_layers = bool(safe_getattr(args, "compile_layers", False))
+        return LEDDecoder(cfg, tgt_dict, embed_tokens, cfg.no_cross_attention, compile_layers)
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

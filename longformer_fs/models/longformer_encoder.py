@@ -26,6 +26,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import safe_getattr
 
 from ..attention import LongformerSelfAttention
+from ..modules.compiled import allow_graphs, compiled_in_training
 from ..modules.per_layer import layer_values
 from .checkpoints import copy_global_projections
 
@@ -41,10 +42,12 @@ class FairseqLongformerAttention(LongformerSelfAttention):
     """
 
     global_mask: torch.Tensor | None = None
+    global_bound: int | None = None
 
-    def set_global_mask(self, mask: torch.Tensor | None) -> None:
-        """``(B, T)`` bool for the coming forward (kept for activation recomputation)."""
-        self.global_mask = mask
+    def set_global_mask(self, mask: torch.Tensor | None, bound: int | None = None) -> None:
+        """``(B, T)`` bool for the coming forward (kept for activation recomputation), and a
+        bound on its global tokens per row when the encoder knows one."""
+        self.global_mask, self.global_bound = mask, bound
 
     def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None, **unused):
         """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
@@ -52,11 +55,14 @@ class FairseqLongformerAttention(LongformerSelfAttention):
             raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
         if key is not None and key is not query:
             raise ValueError("key: Longformer attention is self-attention only")
-        return super().forward(query, key_padding_mask, self.global_mask), None
+        return super().forward(query, key_padding_mask, self.global_mask, self.global_bound), None
 
 
 class LongformerEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's encoder layer with Longformer self-attention."""
+    """fairseq's encoder layer with Longformer self-attention; compiled in training with
+    ``--compile-layers`` (:mod:`~longformer_fs.modules.compiled`)."""
+
+    forward = compiled_in_training(TransformerEncoderLayerBase.forward)
 
     def __init__(self, cfg: TransformerConfig, window: int, dilation: int, causal: bool, max_global: int | None):
         # build_self_attention runs inside the base __init__ and reads these.
@@ -68,6 +74,16 @@ class LongformerEncoderLayer(TransformerEncoderLayerBase):
             embed_dim, cfg.encoder.attention_heads, self.window, self.dilation, self.causal,
             dropout=cfg.attention_dropout, max_global=self.max_global,
         )  # fmt: skip
+
+
+def add_compile_layers_arg(parser) -> None:
+    """``--compile-layers``, shared by the models over fairseq's layers."""
+    parser.add_argument(
+        "--compile-layers",
+        action="store_true",
+        help="torch.compile the layers while training, one compiled region per layer type (docs/gpus.md); "
+        "compiles a bounded number of graphs whatever the lengths. Evaluation and generation stay eager",
+    )
 
 
 def add_max_global_tokens_arg(parser) -> None:
@@ -115,28 +131,41 @@ class LongformerTransformerEncoder(TransformerEncoder):
     """
 
     def __init__(self, args, dictionary, embed_tokens, first_only: bool = False):
-        layers = args.encoder_layers
         # The base __init__ builds the layers in order, from a TransformerConfig that lacks
         # our settings: they take them from here.
-        self.layer_settings = iter(
-            zip(
-                layer_values(args.attention_window, layers, "attention window"),
-                layer_values(safe_getattr(args, "attention_dilation", "1") or "1", layers, "attention dilation"),
-                strict=True,
-            )
-        )
+        settings = list(zip(*self.layer_windows(args), strict=True))
+        self.layer_settings = iter(settings)
         self.causal = bool(safe_getattr(args, "causal_attention", False))
         self.max_global = safe_getattr(args, "max_global_tokens", None)
+        self.compile_layers = bool(safe_getattr(args, "compile_layers", False))
         super().__init__(args, dictionary, embed_tokens)
-        self.global_token_ids = global_token_ids(safe_getattr(args, "global_attention_tokens", ""), dictionary)
+        if self.compile_layers:
+            allow_graphs(len(set(settings)))
+        # A buffer: it moves with the model, so no forward copies it to the device.
+        self.register_buffer(
+            "global_token_ids",
+            global_token_ids(safe_getattr(args, "global_attention_tokens", ""), dictionary),
+            persistent=False,
+        )
         self.first_only = first_only
         self._batch_global_mask: torch.Tensor | None = None
+        self._batch_max_global: int | None = None
+
+    @staticmethod
+    def layer_windows(args) -> tuple[list, list]:
+        """Each layer's window and dilation, bottom first."""
+        layers = args.encoder_layers
+        return (
+            layer_values(args.attention_window, layers, "attention window"),
+            layer_values(safe_getattr(args, "attention_dilation", "1") or "1", layers, "attention dilation"),
+        )
 
     def build_encoder_layer(self, cfg):
         if not isinstance(cfg, TransformerConfig):
             cfg = TransformerConfig.from_namespace(cfg)
         window, dilation = next(self.layer_settings)
         layer = LongformerEncoderLayer(cfg, window, dilation, self.causal, self.max_global)
+        layer.compile_layers = self.compile_layers
         if cfg.checkpoint_activations:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return layer
@@ -158,23 +187,40 @@ class LongformerTransformerEncoder(TransformerEncoder):
                 "(see --global-attention-tokens and --global-attention-from-data)"
             )
 
-    def set_global_attention_mask(self, mask: torch.Tensor | None) -> None:
-        """A ``(B, T)`` bool mask from the batch, for the next forward only."""
-        self._batch_global_mask = mask
+    def set_global_attention_mask(self, mask: torch.Tensor | None, max_global: int | None = None) -> None:
+        """A ``(B, T)`` bool mask from the batch, for the next forward only, and the most
+        global tokens it marks in a row when the batch says (its collater counts them on
+        the host, where that costs no wait for the device)."""
+        self._batch_global_mask, self._batch_max_global = mask, max_global
+
+    def global_bound(self, from_batch: bool) -> int | None:
+        """A bound on the global tokens of a row for this forward, or None (the layers then
+        read the count back from the device): ``--max-global-tokens`` when set, else what
+        the configured tokens can add (one per id when only their first occurrence is
+        global, as in LED; unknown otherwise) plus the batch's own count."""
+        if self.max_global is not None:
+            return self.max_global
+        configured = len(self.global_token_ids)
+        if configured and not self.first_only:
+            return None
+        if not from_batch:
+            return configured
+        return None if self._batch_max_global is None else configured + self._batch_max_global
 
     def global_mask(self, src_tokens: torch.Tensor) -> torch.Tensor | None:
         """``(B, T)`` bool: the configured global tokens of this batch, or None."""
         if not self.global_token_ids.numel():
             return None
         # A comparison with each of the few ids, not torch.isin, which ONNX lacks.
-        mask = (src_tokens[..., None] == self.global_token_ids.to(src_tokens.device)).any(dim=-1)
+        mask = (src_tokens[..., None] == self.global_token_ids).any(dim=-1)
         if self.first_only:
             mask = mask & (mask.cumsum(dim=1) == 1)
         return mask
 
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
         mask, from_batch = self.global_mask(src_tokens), self._batch_global_mask
-        self._batch_global_mask = None
+        bound = self.global_bound(from_batch is not None)
+        self._batch_global_mask = self._batch_max_global = None
         if from_batch is not None:
             if from_batch.shape != src_tokens.shape:
                 raise ValueError(
@@ -184,5 +230,36 @@ class LongformerTransformerEncoder(TransformerEncoder):
             from_batch = from_batch.to(device=src_tokens.device, dtype=torch.bool)
             mask = from_batch if mask is None else mask | from_batch
         for attention in self.attention_modules():
-            attention.set_global_mask(mask)
-        return super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+            attention.set_global_mask(mask, bound)
+        return self._encode(src_tokens, return_all_hiddens, token_embeddings)
+
+    def _encode(self, src_tokens, return_all_hiddens: bool, token_embeddings) -> dict:
+        """fairseq's ``TransformerEncoder.forward_scriptable`` without its host waits.
+
+        fairseq asks the device whether a batch holds padding (``encoder_padding_mask.any()``)
+        and again in every layer (``if has_pads``), so the host waits on the GPU once a
+        layer. Here every layer takes the padding mask as it is: the attention takes a
+        mask of no padding as cheaply as none. The outputs are fairseq's.
+        """
+        padding = src_tokens.eq(self.padding_idx)
+        x, embedding = self.forward_embedding(src_tokens, token_embeddings)
+        x = x.masked_fill(padding.unsqueeze(-1), 0.0).transpose(0, 1)  # (T, B, C), padded rows 0
+        states, fc_results = ([x] if return_all_hiddens else []), []
+        for layer in self.layers:
+            out = layer(x, encoder_padding_mask=padding)
+            x, fc_result = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+            if return_all_hiddens:
+                states.append(x)
+                fc_results.append(fc_result)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        lengths = padding.logical_not().sum(dim=1, dtype=torch.int32).reshape(-1, 1)
+        return {
+            "encoder_out": [x],  # (T, B, C)
+            "encoder_padding_mask": [padding],  # (B, T)
+            "encoder_embedding": [embedding],  # (B, T, C)
+            "encoder_states": states,  # [(T, B, C)]
+            "fc_results": fc_results,
+            "src_tokens": [],
+            "src_lengths": [lengths],
+        }

@@ -55,6 +55,13 @@ class LongformerLMConfig(FairseqDataclass):
     checkpoint_activations: bool = field(
         default=False, metadata={"help": "recompute each block in backward to save memory"}
     )
+    compile_layers: bool = field(
+        default=False,
+        metadata={
+            "help": "torch.compile the blocks while training, one compiled region for all (a graph per distinct "
+            "window); evaluation and sampling stay eager (docs/gpus.md)"
+        },
+    )
     # fairseq-train sets this from the task; declared Optional because it may be None.
     max_target_positions: Optional[int] = field(default=None, metadata={"help": "longest sequence"})
     # The old spellings stay declared: a checkpoint trained with them holds them in its
@@ -126,7 +133,12 @@ class LongformerLMDecoder(FairseqIncrementalDecoder):
         )
         self.max_target_positions = cfg.max_target_positions
         self.net = LongformerDecoder(
-            shape, cfg.dropout, cfg.attention_dropout, cfg.checkpoint_activations, cfg.attention_backend
+            shape,
+            cfg.dropout,
+            cfg.attention_dropout,
+            cfg.checkpoint_activations,
+            cfg.attention_backend,
+            bool(safe_getattr(cfg, "compile_layers", False)),
         )
 
     def forward(self, prev_output_tokens, incremental_state=None, **kwargs):

@@ -31,7 +31,12 @@ from omegaconf import OmegaConf
 
 from ..heads import TOKEN_HEADS
 from .checkpoints import add_global_projections, check_learned_positions
-from .longformer_encoder import LongformerTransformerEncoder, add_max_global_tokens_arg, global_attention_possible
+from .longformer_encoder import (
+    LongformerTransformerEncoder,
+    add_compile_layers_arg,
+    add_max_global_tokens_arg,
+    global_attention_possible,
+)
 from .pretrained import FromPretrained
 
 logger = logging.getLogger(__name__)
@@ -65,8 +70,11 @@ class LongformerRobertaEncoder(RobertaEncoder):
 
     def forward(self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, **kwargs):
         """As RoBERTa's, plus ``global_attention_mask`` ``(B, T)`` from tasks that mark
-        their global tokens per example."""
-        self.sentence_encoder.set_global_attention_mask(kwargs.pop("global_attention_mask", None))
+        their global tokens per example, and ``max_global_tokens``, the most that mask marks
+        in a row, when the batch counted them."""
+        self.sentence_encoder.set_global_attention_mask(
+            kwargs.pop("global_attention_mask", None), kwargs.pop("max_global_tokens", None)
+        )
         return super().forward(src_tokens, features_only, return_all_hiddens, masked_tokens, **kwargs)
 
 
@@ -153,6 +161,7 @@ class LongformerRobertaModel(FromPretrained, RobertaModel):
             "set it",
         )
         add_max_global_tokens_arg(parser)
+        add_compile_layers_arg(parser)
 
     @classmethod
     def build_model(cls, args, task):

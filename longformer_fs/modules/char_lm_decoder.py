@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..attention.cache import BandCache
 from ..attention.relative_layer import RelativeBandSelfAttention
+from .compiled import allow_graphs, compiled_in_training
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,10 @@ class DecoderShape:
 
 
 class DecoderBlock(nn.Module):
-    """x + attn(LN(x)), then x + FFN(LN(x)) with GeLU (pre-layernorm)."""
+    """x + attn(LN(x)), then x + FFN(LN(x)) with GeLU (pre-layernorm); compiled in training
+    with ``compile_layers`` (:mod:`.compiled`)."""
+
+    compile_layers = False
 
     def __init__(self, shape: DecoderShape, layer: int, dropout: float, attention_dropout: float, backend: str):
         super().__init__()
@@ -58,6 +62,7 @@ class DecoderBlock(nn.Module):
         self.fc2 = nn.Linear(shape.ffn_dim, shape.embed_dim)
         self.dropout = dropout
 
+    @compiled_in_training
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None, cache: BandCache | None = None) -> torch.Tensor:
         x = x + F.dropout(self.attn(self.attn_norm(x), pad, cache), self.dropout, self.training)
         hidden = F.dropout(F.gelu(self.fc1(self.ffn_norm(x))), self.dropout, self.training)
@@ -77,6 +82,7 @@ class LongformerDecoder(nn.Module):
         attention_dropout: float = 0.0,
         checkpoint_activations: bool = False,
         backend: str = "auto",
+        compile_layers: bool = False,
     ):
         super().__init__()
         self.shape = shape
@@ -85,9 +91,32 @@ class LongformerDecoder(nn.Module):
         self.blocks = nn.ModuleList(
             DecoderBlock(shape, i, dropout, attention_dropout, backend) for i in range(shape.num_layers)
         )
+        for block in self.blocks:
+            block.compile_layers = compile_layers
+        if compile_layers:  # each layer's window and dilations are constants of its graph
+            allow_graphs(len(set(zip(shape.windows, shape.dilations, strict=True))))
         self.final_norm = nn.LayerNorm(shape.embed_dim)
         self.dropout = dropout
         self.checkpoint_activations = checkpoint_activations
+
+    def key_padding(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """The attention's key mask for ``tokens`` ``(B, T)``: None for a causal model.
+
+        fairseq's language-model datasets and ours pad on the right, and a causal query
+        never sees a key after it: no real position can reach a padded one, so the band
+        needs no mask (the backends' fastest kind), and nothing is read back to decide
+        whether a batch is padded. Padding elsewhere would be seen: it fails an
+        asynchronous check instead.
+        """
+        pad = tokens.eq(self.shape.padding_idx)
+        if not self.shape.causal:
+            return pad
+        if tokens.shape[1] > 1:
+            torch._assert_async(
+                ~(pad[:, :-1] & ~pad[:, 1:]).any(),
+                "tokens: a causal character LM takes padding at the end of a row only (as fairseq's datasets pad)",
+            )
+        return None
 
     def new_caches(self) -> list[BandCache]:
         """Empty caches for incremental decoding, one a block (see :meth:`forward`)."""
@@ -102,13 +131,12 @@ class LongformerDecoder(nn.Module):
         those the caches have seen (the prompt first, then one at a time); each block
         attends over its cache, so a step costs the same however long the text.
         """
-        pad = tokens.eq(self.shape.padding_idx)
-        if caches is not None or (not torch.compiler.is_compiling() and not bool(pad.any())):
-            # Eager: skip the mask when nothing is padded (a data-dependent branch compile
-            # avoids). Decoding: <pad> is read as a token, as fairseq's decoders read it;
-            # only a hypothesis beam search carries dead (its score -inf) holds one.
-            pad = None
-        x = F.dropout(self.embed(tokens).transpose(0, 1), self.dropout, self.training)
+        pad = self.key_padding(tokens) if caches is None else None
+        # Decoding (caches): <pad> is read as a token, as fairseq's decoders read it; only a
+        # hypothesis beam search carries dead (its score -inf) holds one.
+        # (T, B, C) contiguous: each block's input and output, and their gradients, in one layout
+        # (a compiled block's backward is traced for the layout its forward saw).
+        x = F.dropout(self.embed(tokens).transpose(0, 1).contiguous(), self.dropout, self.training)
         states = []
         for layer, block in enumerate(self.blocks):
             if caches is not None:

@@ -20,6 +20,16 @@ from fairseq.data import Dictionary, FairseqDataset, data_utils
 from fairseq.tasks import FairseqTask
 from omegaconf import OmegaConf, open_dict
 
+GLOBAL_SLOTS = 8  # global slots are counted in multiples of this: fewer shapes for a compiled model
+
+
+def global_slots(global_mask: torch.Tensor) -> int:
+    """The most global tokens a row of ``global_mask`` ``(B, T)`` marks, rounded up to
+    :data:`GLOBAL_SLOTS`: a bound that the model's layers take instead of reading the
+    count back from the device. Counted here, on the host, where the batch is made."""
+    most = int(global_mask.sum(dim=1).max()) if global_mask.numel() else 0
+    return max(GLOBAL_SLOTS, -(-most // GLOBAL_SLOTS) * GLOBAL_SLOTS)
+
 
 class ItemsDataset(FairseqDataset):
     """A token-head task's dataset: one item per index. Subclasses set ``sizes`` (each
@@ -43,12 +53,16 @@ class ItemsDataset(FairseqDataset):
 
     def batch(self, samples, tokens, global_mask, **fields) -> dict:
         """A batch of ``samples``: their ids and counts, the model input (``tokens``, padded
-        with the dictionary's pad, and ``global_mask``), then the task's ``fields``."""
+        with the dictionary's pad, ``global_mask`` and the most global tokens it marks in a
+        row), then the task's ``fields``."""
+        net_input = {"src_tokens": tokens, "global_attention_mask": global_mask}
+        if global_mask is not None:
+            net_input["max_global_tokens"] = global_slots(global_mask)
         return {
             "id": torch.tensor([s["id"] for s in samples]),
             "nsentences": len(samples),
             "ntokens": int((tokens != self.dictionary.pad()).sum()),
-            "net_input": {"src_tokens": tokens, "global_attention_mask": global_mask},
+            "net_input": net_input,
             **fields,
         }
 

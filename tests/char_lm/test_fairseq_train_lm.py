@@ -75,7 +75,8 @@ def test_a_checkpoint_with_the_old_keys_loads_the_same_model(char_corpus, tiny_c
     state["cfg"]["model"] = {
         old_names.get(key, key): value
         for key, value in state["cfg"]["model"].items()
-        if key not in old_names.values()  # the deprecated fields (None here) did not exist then
+        # The deprecated fields (None here) did not exist then, nor did compile_layers.
+        if key not in old_names.values() and key != "compile_layers"
     }
     assert set(state["cfg"]["model"]) == OLD_CFG_MODEL_KEYS
     torch.save(state, tmp_path / "old.pt")
