@@ -1,6 +1,7 @@
 """``longformer-fs report``: the whole report at toy size on this CPU, every part ``ok``
-(CI's guard that the GPU run, prepared without a GPU, cannot rot); its runner's caps,
-failures and budget; its oracle against the tests' own."""
+(CI's guard that the GPU run, prepared without a GPU, cannot rot), the end-to-end parts'
+profiles and the recipes' settings; its runner's caps, failures and budget; its oracle
+against the tests' own."""
 
 import json
 import os
@@ -11,7 +12,8 @@ import time
 import helpers
 import pytest
 import torch
-from helpers import BIN, cli
+import yaml
+from helpers import BIN, ROOT, cli
 from oracle import oracle_layer
 
 from longformer_fs.attention import LongformerSelfAttention, available_backends
@@ -49,9 +51,44 @@ def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
     assert parts["lm"]["speedup"] > 0 and parts["led"]["led"]["peak_gib"] > 0
     assert parts["encoder_128k"]["fits"] and parts["led_train_64k"]["fits"]
 
-    # The recipes trained, in float32 here, and their hubs answered on the device.
-    for name in ("text8", "mlm_base", "finetune_triviaqa", "summarize_arxiv"):
-        assert parts[name]["precision"] == "fp32" and parts[name]["hub"]["device"] == "cpu", parts[name]
+    # The end-to-end parts trained as their recipes do (float32 here) and kept a profile of one
+    # step of each model: files that hold the kernels, syncs, copies, compiles and memory.
+    backends = set(available_backends())
+    for name, recipe in (("lm", "char_lm/small_phase1"), ("led", "summarization/led_base_16k"),
+                         ("finetune", "finetune/triviaqa")):  # fmt: skip
+        model = _recipe_model(recipe)
+        training = parts[name]["training"]
+        assert training["recipe"] == f"recipes/{recipe}.yaml" and training["precision"] == "fp32", training
+        assert (training["dropout"], training["attention_dropout"]) == (model["dropout"], model["attention_dropout"])
+        assert training["checkpoint_activations"] == model.get("checkpoint_activations", False)
+        profile = json.loads((out / "profiles" / f"{name}.json").read_text())
+        table = (out / "profiles" / f"{name}.txt").read_text()
+        assert set(profile["models"]) == set(parts[name]["profile"]["models"]) and len(profile["models"]) >= 2
+        for model_name, record in profile["models"].items():
+            assert f"== {model_name}" in table
+            kernels = record["profile"]["kernels"]
+            assert 0 < len(kernels) <= 25 and all(k["count"] > 0 and k["ms"] >= 0 for k in kernels)
+            assert sum(k["ms"] for k in kernels) <= record["profile"]["kernels_total_ms"] + 0.01
+            assert record["peak_gib"] > 0 and record["saved_tensors"]["total_bytes"] > 0
+            assert record["saved_tensors"]["layers"] and record["profile"]["h2d_copies"]["count"] == 0
+            assert {k.split(" (")[0] for k in record["attention"]["backends"]} <= backends
+            assert record["attention"]["kernel"] != "none" or record["attention"]["backends"]
+        assert f"(profiles/{name}.json)" in (out / "report.md").read_text()
+    ours = profile["models"]["ours"]  # finetune: bounded global tokens, no value read back
+    assert ours["profile"]["host_syncs"]["count"] == 0 and ours["attention"]["backends"]
+    assert parts["lm"]["longformer_lm_small"]["attention"]["backends"]
+    assert parts["lm"]["speedup_vs_causal_sdpa"] > 0 and parts["led"]["led"]["attention"]["backends"]
+
+    # The recipes trained, in float32 here and with their own dropout, and their hubs answered
+    # on the device; their logs named the attention backends their training took.
+    recipes = {"text8": "char_lm/small_phase1", "mlm_base": "mlm/longformer_base_4096",
+               "finetune_triviaqa": "finetune/triviaqa", "summarize_arxiv": "summarization/led_large_16k"}  # fmt: skip
+    for name, recipe in recipes.items():
+        part, model = parts[name], _recipe_model(recipe)
+        assert part["precision"] == "fp32" and part["hub"]["device"] == "cpu", part
+        assert (part["dropout"], part["attention_dropout"]) == (model["dropout"], model["attention_dropout"]), name
+        chosen = {entry.split(" on ")[0] for entry in part["attention_backends"]}
+        assert chosen and chosen <= backends and part["fast_backend"] is None, part
     assert len(parts["text8"]["hub"]["sample"]) == 32 and parts["finetune_triviaqa"]["hub"]["answer"]
 
     text = (out / "report.md").read_text()
@@ -61,6 +98,17 @@ def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
         + [f"{name}.result.json" for name in ["machine", *PART_NAMES]]
         + [f"{name}.partial.json" for name in PART_NAMES if (out / "logs" / f"{name}.partial.json").exists()]
     )
+
+
+def _recipe_model(name: str) -> dict:
+    """``recipes/NAME.yaml``'s model settings as its YAML says, its ``model: PRESET`` under them."""
+    path = ROOT / "recipes" / f"{name}.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    model = {}
+    for entry in recipe.get("defaults") or []:
+        if isinstance(entry, dict) and "model" in entry:
+            model.update(yaml.safe_load((path.parent / "model" / f"{entry['model']}.yaml").read_text()))
+    return {**model, **(recipe.get("model") or {})}
 
 
 # ------------------------------------------------------------------------------- runner
@@ -160,3 +208,36 @@ def test_the_reports_dense_oracle_equals_the_tests_naive_one(causal):
     torch.testing.assert_close(dense_oracle(layer, x, pad, glob), expected, atol=1e-12, rtol=0)
     layer.window = 2
     assert (dense_oracle(layer, x, pad, glob) - expected).abs().max() > 1e-3
+
+
+def test_the_gpu_targets_read_flash_flops_the_finetune_lengths_and_the_recipes():
+    """The targets the toy report cannot reach (no GPU here), on figures as a GPU run records
+    them: flash's band FLOP/s against dense SDPA's, counted here from the band's mask."""
+    from longformer_fs.attention.band import band_mask
+    from longformer_fs.report.document import target_rows
+    from longformer_fs.report.parts import attention_ratios
+
+    seq_len, window = 512, 16
+    rows = [{"impl": "flash", "seq_len": seq_len, "dilation": 1, "fwd_bwd_ms": 2.0},
+            {"impl": "sdpa", "seq_len": seq_len, "dilation": 1, "fwd_bwd_ms": 20.0}]  # fmt: skip
+    band = int(band_mask(seq_len, window, 1, False).sum())
+    ratio = attention_ratios(rows, window)[str(seq_len)]["flash band FLOP/s / sdpa FLOP/s"]
+    assert ratio == pytest.approx((band / 2.0) / (seq_len**2 / 20.0))
+    recipe = {"status": "ok", "precision": "bf16", "attention_backends": ["flash on cuda"], "fast_backend": True}
+    parts = {
+        "attention": {"ratios": {str(seq_len): {"flash band FLOP/s / sdpa FLOP/s": 0.7}}},
+        "finetune": {
+            "rows": [
+                {"seq_len": 4096, "speedup": 1.6, "memory_ratio": 0.5},
+                {"seq_len": 16384, "speedup": 2.0, "memory_ratio": 0.5},
+            ]
+        },  # fmt: skip
+        **{name: dict(recipe) for name in ("text8", "mlm_base", "finetune_triviaqa", "summarize_arxiv")},
+    }
+    parts["text8"].update(attention_backends=["chunks on cuda"], fast_backend=False)
+    met = {row["what"]: row["met"] for row in target_rows(parts, toy=False)}
+    assert met["`flash` band FLOP/s against dense flash SDPA's, fwd + bwd"] is True
+    assert met["fine-tuning against HF at 4K tokens"] is True and met["fine-tuning against HF at 16K tokens"] is False
+    assert met["the four recipes at toy size"] is False  # one trained on chunks
+    parts["text8"].update(recipe)
+    assert {row["what"]: row["met"] for row in target_rows(parts, toy=False)}["the four recipes at toy size"]

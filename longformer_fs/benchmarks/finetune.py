@@ -7,6 +7,16 @@ tokens (``<s>`` question ``</s>``) attend globally, the paper's TriviaQA setting
 the two compute the same function (the export tests check that to 1e-5); the step is
 forward, start/end cross-entropy and backward. Every measurement runs in its own process,
 so one that outgrows the memory is a result ("killed") rather than the end of the run.
+
+Both train as ``recipes/finetune/triviaqa.yaml`` does unless flags say otherwise: its
+dropout and attention dropout, its activation checkpointing, and its precision (fp16 on
+CUDA; float32 without CUDA): ours as fairseq's ``--fp16`` runs it (the model cast to
+half), HF's as its ``Trainer(fp16=True)`` does (autocast, float32 weights). Our model is
+built with ``--max-global-tokens`` equal to ``--global-tokens``, as the recipe bounds the
+global tokens of a row, so its step reads nothing back from the device, and with its
+layers ``torch.compile``d on CUDA (``--compile-layers``; eager elsewhere); HF's runs as
+its own code does. Each result names the attention backend of every band-attention call
+and the kernels HF's step ran.
 """
 
 from __future__ import annotations
@@ -23,12 +33,16 @@ from ..conventions import BOS, EOS, PAD
 from ..export.hf import export_longformer
 from ..heads import QA_HEAD
 from ..models.longformer_roberta import LongformerRobertaModel
+from ..recipes import RECIPES
 from ..tasks.qa import QaTask
 from . import write_results
-from .measure import add_device_arguments, autocast, median_time, peak_memory_bytes, precision_of, run_isolated
+from .measure import add_device_arguments, autocast, cast_as_fairseq, run_isolated
+from .recipe_training import add_training_arguments, training_of, warmup_steps
+from .step_profile import attention_summary, measure_step
 
 VOCAB = 50265  # RoBERTa's dictionary, <mask> included
 KINDS = ("ours", "hf")
+RECIPE = RECIPES / "finetune" / "triviaqa.yaml"  # the training both models get
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,18 +51,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=256, help="one-sided window (HF's attention_window is twice)")
     parser.add_argument("--layers", type=int, default=None, help="override the depth (default: base, 12)")
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per step")
-    add_device_arguments(parser)
+    add_device_arguments(parser, precision=False)
+    add_training_arguments(parser, "recipes/finetune/triviaqa.yaml")
+    parser.add_argument(
+        "--saved-tensors", action="store_true", help="also measure the bytes each layer saves for the backward "
+        "(one more step per model)",
+    )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3, help="timed steps per measurement (median)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--out", type=Path, default=Path("bench_out/finetune"), help="directory for results.json")
 
 
-def build_ours(window: int, layers: int | None, seq_len: int) -> LongformerRobertaModel:
-    """An untrained ``longformer_roberta_base`` with a start/end token head."""
+def build_ours(
+    window: int, layers: int | None, seq_len: int, dropout: float = 0.0, attention_dropout: float = 0.0,
+    checkpoint_activations: bool = False, max_global_tokens: int | None = None, compile_layers: bool = False,
+) -> LongformerRobertaModel:  # fmt: skip
+    """An untrained ``longformer_roberta_base`` with a start/end token head (with
+    ``max_global_tokens``, a bound on each row's global tokens: none is read back; with
+    ``compile_layers``, its layers compile in training)."""
     dictionary = Dictionary()
     for i in range(VOCAB - len(dictionary)):
         dictionary.add_symbol(str(i))
-    args = argparse.Namespace(max_positions=seq_len, attention_window=str(window), dropout=0.0, attention_dropout=0.0)
+    args = argparse.Namespace(
+        max_positions=seq_len, attention_window=str(window), dropout=dropout, attention_dropout=attention_dropout,
+        checkpoint_activations=checkpoint_activations, max_global_tokens=max_global_tokens,
+        compile_layers=compile_layers,
+    )  # fmt: skip
     if layers:
         args.encoder_layers = layers
     model = LongformerRobertaModel.build_model(args, types.SimpleNamespace(source_dictionary=dictionary))
@@ -58,17 +86,31 @@ def build_ours(window: int, layers: int | None, seq_len: int) -> LongformerRober
 
 def step_measurement(
     kind: str, seq_len: int, global_tokens: int, window: int, layers: int | None, batch_size: int,
-    device: str, precision: str, repeat: int,
+    device: str, precision: str, repeat: int, dropout: float = 0.0, attention_dropout: float = 0.0,
+    checkpoint_activations: bool = False, saved_tensors: bool = False, compile_layers: bool = False,
 ) -> dict:  # fmt: skip
-    """Seconds and peak bytes of one training step of ``kind`` (run in a child process)."""
+    """One QA training step of ``kind`` (``ours`` or ``hf``) in ``precision``, with these
+    dropouts and, for ours, compiled layers when ``compile_layers`` (HF's never); run in a
+    child process by ``bench finetune``.
+
+    Returns:
+        :func:`~.step_profile.measure_step`'s figures (seconds, peak memory, the attention
+        backends and kernels, the step's profile) and ``tokens_per_s``.
+    """
     torch.manual_seed(0)
-    ours = build_ours(window, layers, seq_len)
+    compile_layers = compile_layers and kind == "ours"
+    ours = build_ours(window, layers, seq_len, dropout, attention_dropout, checkpoint_activations, global_tokens,
+                      compile_layers)  # fmt: skip
     if kind == "hf":
         model, _ = export_longformer(ours.args, {"model": ours.state_dict()})
         del ours
+        model = model.to(device).train()
+        if checkpoint_activations:
+            model.gradient_checkpointing_enable()
+        forward_precision = precision  # HF's Trainer(fp16=True): autocast over float32 weights
     else:
-        model = ours
-    model = model.to(device).train()
+        model = cast_as_fairseq(ours.to(device), precision).train()
+        forward_precision = "fp32"  # fairseq's --fp16: the model itself is half
     tokens = torch.randint(4, VOCAB - 1, (batch_size, seq_len), device=device)
     tokens[:, 0], tokens[:, global_tokens - 1], tokens[:, -1] = BOS, EOS, EOS
     question = torch.zeros_like(tokens, dtype=torch.bool)
@@ -84,19 +126,20 @@ def step_measurement(
 
     def step():
         model.zero_grad(set_to_none=True)
-        with autocast(device, precision):
+        with autocast(device, forward_precision):
             start, end = logits()
             loss = torch.nn.functional.cross_entropy(start.float(), gold[0])
             loss = loss + torch.nn.functional.cross_entropy(end.float(), gold[1])
         loss.backward()
 
-    seconds = median_time(step, device, repeat=repeat, warmup=1)
-    peak = peak_memory_bytes(step, device)
-    return {"step_s": seconds, "tokens_per_s": batch_size * seq_len / seconds, "peak_gib": peak / 2**30}
+    # One warm-up step; with compiled layers on GPU two: a shape's first two steps compile the
+    # layers (static, then dynamic), and timing starts after them (warmup_steps).
+    figures = measure_step(step, model, device, repeat, warmup_steps(device, compile_layers, 1), saved_tensors)
+    return {"step_s": figures["step_s"], "tokens_per_s": batch_size * seq_len / figures["step_s"], **figures}
 
 
 def main(args: argparse.Namespace) -> int:
-    precision = precision_of(args)
+    training = training_of(args, RECIPE)
     if not 0 < args.global_tokens < args.seq_len:
         print(f"error: --global-tokens must be in [1, {args.seq_len}), got {args.global_tokens}")
         return 2
@@ -106,13 +149,18 @@ def main(args: argparse.Namespace) -> int:
         results[kind] = run_isolated("longformer_fs.benchmarks.finetune:step_measurement", args.threads, kind=kind,
                                      seq_len=args.seq_len, global_tokens=args.global_tokens, window=args.window,
                                      layers=args.layers, batch_size=args.batch_size, device=args.device,
-                                     precision=precision, repeat=args.repeat)  # fmt: skip
+                                     precision=training.precision, repeat=args.repeat, dropout=training.dropout,
+                                     attention_dropout=training.attention_dropout,
+                                     checkpoint_activations=training.checkpoint_activations,
+                                     saved_tensors=args.saved_tensors,
+                                     compile_layers=training.compile_layers)  # fmt: skip
     ours, hf = results["ours"], results["hf"]
     layers = args.layers or 12
     print(
         f"one QA training step (forward, start/end loss, backward): {layers} layers x 768, window {args.window} "
-        f"per side, {args.batch_size} x {args.seq_len} tokens, {args.global_tokens} global; {args.device}"
-        f" {precision}, {args.threads} thread(s)"
+        f"per side, {args.batch_size} x {args.seq_len} tokens, {args.global_tokens} global; {args.device}, "
+        f"{args.threads} thread(s); both in {training.describe()}"
+        + ("; our layers compiled, HF's eager" if training.compile_layers else "")
     )
     print(f"{'model':<44} {'step s':>8} {'tok/s':>8} {'peak GiB':>9}")
     names = {"ours": "ours (longformer_roberta_base)", "hf": "HF LongformerForQuestionAnswering"}
@@ -123,7 +171,14 @@ def main(args: argparse.Namespace) -> int:
             print(
                 f"{names[kind]:<44} {result['step_s']:>8.3f} {result['tokens_per_s']:>8.0f} {result['peak_gib']:>9.2f}"
             )
-    summary = {"rows": results, "settings": {k: str(v) for k, v in vars(args).items() if k != "func"}}
+    print("attention each step ran (band attention: backend (kind of call) x calls; SDPA: the kernel that ran):")
+    for kind, result in results.items():
+        print(f"{names[kind]:<44} {attention_summary(result)}")
+    summary = {
+        "rows": results,
+        "settings": {k: str(v) for k, v in vars(args).items() if k != "func"},
+        "training": training.figures(),
+    }
     if "error" not in ours and "error" not in hf:
         summary["speedup"] = hf["step_s"] / ours["step_s"]
         summary["memory_ratio"] = ours["peak_gib"] / hf["peak_gib"]

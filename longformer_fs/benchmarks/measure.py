@@ -1,9 +1,14 @@
-"""Timing and peak-memory measurement for CPU and CUDA.
+"""Timing, peak memory, isolated child processes, and the device and precision a benchmark
+runs in, for CPU and CUDA.
 
 CPU torch keeps no allocator statistics, so on CPU the peak comes from the profiler's
 allocation events: the running sum of allocated minus freed bytes, maximised. It counts
 tensor storage made by torch ops (not Python or library overhead), which is what a
 "never allocates T x T" check needs.
+
+A measurement that may outgrow RAM runs in a child process (:func:`run_isolated`), this
+module run as ``python -m``. The training settings of the end-to-end benches' recipes are
+:mod:`.recipe_training`'s; what one training step ran, :mod:`.step_profile`'s.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ..attention.backend_speed import median_time  # noqa: F401 (the calibration
 
 
 @contextlib.contextmanager
-def _quiet_native_stderr():
+def quiet_native_stderr():
     """Kineto prints a line on every profiler start/stop from C++; hide just those."""
     saved = os.dup(2)
     try:
@@ -32,6 +37,28 @@ def _quiet_native_stderr():
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def event_name(event) -> str | None:
+    """A kineto event's name; None for one whose name is not UTF-8 (a Python frame's, seen
+    with ``with_stack=True``)."""
+    try:
+        return event.name()
+    except UnicodeDecodeError:
+        return None
+
+
+def cpu_peak(prof: profile) -> int:
+    """The peak of live CPU tensor bytes over a profile taken with ``profile_memory=True``."""
+    events = [e for e in prof.profiler.kineto_results.events() if event_name(e) == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    cpu = torch._C._autograd.DeviceType.CPU
+    live = peak = 0
+    for event in events:
+        if event.device_type() == cpu:
+            live += event.nbytes()
+            peak = max(peak, live)
+    return peak
 
 
 def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
@@ -46,22 +73,14 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str = "cp
         return torch.cuda.max_memory_allocated(device) - base
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_native_stderr():
+    with quiet_native_stderr():
         prof.__enter__()
     try:
         fn()
     finally:
-        with _quiet_native_stderr():
+        with quiet_native_stderr():
             prof.__exit__(None, None, None)
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    cpu = torch._C._autograd.DeviceType.CPU
-    live = peak = 0
-    for event in events:
-        if event.device_type() == cpu:
-            live += event.nbytes()
-            peak = max(peak, live)
-    return peak
+    return cpu_peak(prof)
 
 
 def run_isolated(function: str, threads: int, **kwargs) -> dict:
@@ -92,13 +111,21 @@ def _isolated_main(argv: list[str]) -> None:
     print("RESULT", json.dumps(result), flush=True)
 
 
-# Mixed precision as fairseq's --fp16 / --bf16 train: autocast, fp32 master weights.
+# ------------------------------------------------------------------------ precision
+
+# The dtype of each precision a step can train in (None: float32 throughout).
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def add_device_arguments(parser) -> None:
-    """``--device``, and ``--fp16`` / ``--bf16`` for mixed precision: one set for every benchmark."""
+def add_device_arguments(parser, precision: bool = True) -> None:
+    """``--device``, and ``--fp16`` / ``--bf16`` for mixed precision: one set for every benchmark.
+
+    Without ``precision``, ``--device`` alone: a bench that trains as a recipe takes its
+    precision flags from :func:`.recipe_training.add_training_arguments` instead.
+    """
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
+    if not precision:
+        return
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--fp16", action="store_true", help="autocast to float16 (CUDA; as fairseq's --fp16)")
     group.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (CUDA; as fairseq's --bf16)")
@@ -107,17 +134,30 @@ def add_device_arguments(parser) -> None:
 def precision_of(args) -> str:
     """``fp16``, ``bf16`` or ``fp32`` from the parsed arguments; half precision needs CUDA."""
     precision = "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
-    if precision != "fp32" and torch.device(args.device).type != "cuda":
-        raise ValueError(f"--{precision} needs --device cuda")
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
+    check_device(args.device, precision)
     return precision
 
 
+def check_device(device: str, precision: str) -> None:
+    """Refuse a half ``precision`` off CUDA, and a CUDA ``device`` where none is visible."""
+    if precision != "fp32" and torch.device(device).type != "cuda":
+        raise ValueError(f"--{precision} needs --device cuda")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
+
+
 def autocast(device: torch.device | str, precision: str):
-    """The context a training step of ``precision`` runs its forward in."""
+    """The context a training step of ``precision`` runs its forward in (HF's Trainer: autocast)."""
     dtype = PRECISIONS[precision]
     return contextlib.nullcontext() if dtype is None else torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def cast_as_fairseq(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+    """``model`` as fairseq's trainer makes it for ``precision``: ``--fp16`` and ``--bf16``
+    cast the whole model (weights and activations; fp32 master weights live in the
+    optimizer, outside the step); float32 leaves it."""
+    dtype = PRECISIONS[precision]
+    return model if dtype is None else model.to(dtype)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from ..benchmarks import finetune as bench_finetune
 from ..benchmarks import led as bench_led
 from ..benchmarks import lm as bench_lm
 from ..benchmarks import sample as bench_sample
+from ..benchmarks.recipe_training import Training, recipe_training
+from ..benchmarks.step_profile import profile_table
 from .runner import Context, PartFailed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,8 +247,9 @@ def attention(ctx: Context) -> dict:
     )
     window = _pick(ctx, 256, 16)
     threads = torch.get_num_threads()
-    # Compiled FlexAttention is a GPU path (on a CPU it has no backward, and compiling takes minutes).
-    flexible = ("flex", "flexattention") if ctx.device == "cuda" else ()
+    # Compiled FlexAttention is a GPU path (on a CPU it has no backward, and compiling takes
+    # minutes); so is FlashAttention (on a CPU the flash backend is a dense stand-in).
+    flexible = ("flash", "flex", "flexattention") if ctx.device == "cuda" else ()
     plans = [(1, ("kernel", *flexible, "sdpa")), (4, ("kernel", *flexible))]
     rows = []
     for dilation, impls in plans:
@@ -266,7 +269,7 @@ def attention(ctx: Context) -> dict:
         split = bench_attention.time_split(impl, case, args)
         ctx.record(**{f"time_split {impl} T={case.seq_len}": split})
         _release(ctx.device)
-    return {"ratios": attention_ratios(rows)}
+    return {"ratios": attention_ratios(rows, window)}
 
 
 def _attention_row(result) -> dict:
@@ -274,9 +277,10 @@ def _attention_row(result) -> dict:
     return {k: getattr(result, k) for k in keep if getattr(result, k) not in (None, [])}
 
 
-def attention_ratios(rows: list[dict]) -> dict:
-    """``{T: {name: ratio}}`` of forward + backward times: flex and the kernel over
-    FlexAttention alone, and d = 4 over d = 1."""
+def attention_ratios(rows: list[dict], window: int) -> dict:
+    """``{T: {name: ratio}}`` of forward + backward times: flash, flex and the kernel over
+    FlexAttention alone, d = 4 over d = 1, and flash's band FLOP/s over dense SDPA's (the
+    band's query-key pairs a second against all ``T x T`` a second; bidirectional, d = 1)."""
 
     def time_of(impl, seq_len, dilation):
         row = next((r for r in rows if (r["impl"], r["seq_len"], r["dilation"]) == (impl, seq_len, dilation)), None)
@@ -285,8 +289,10 @@ def attention_ratios(rows: list[dict]) -> dict:
     ratios = {}
     for seq_len in sorted({r["seq_len"] for r in rows}):
         pairs = {
+            "flash / flexattention": (("flash", 1), ("flexattention", 1)),
             "flex / flexattention": (("flex", 1), ("flexattention", 1)),
             "kernel / flexattention": (("kernel", 1), ("flexattention", 1)),
+            "flash d=4 / d=1": (("flash", 4), ("flash", 1)),
             "flex d=4 / d=1": (("flex", 4), ("flex", 1)),
             "kernel d=4 / d=1": (("kernel", 4), ("kernel", 1)),
             "sdpa / kernel": (("sdpa", 1), ("kernel", 1)),
@@ -296,6 +302,10 @@ def attention_ratios(rows: list[dict]) -> dict:
             top, bottom = time_of(a, seq_len, da), time_of(b, seq_len, db)
             if top and bottom:
                 found[name] = top / bottom
+        flash, sdpa = time_of("flash", seq_len, 1), time_of("sdpa", seq_len, 1)
+        if flash and sdpa:
+            band = bench_attention.band_pairs(seq_len, window, 1, False)
+            found["flash band FLOP/s / sdpa FLOP/s"] = (band / flash) / (seq_len * seq_len / sdpa)
         ratios[str(seq_len)] = found
     return ratios
 
@@ -303,22 +313,90 @@ def attention_ratios(rows: list[dict]) -> dict:
 # ---------------------------------------------------------------------------- end to end
 
 
+def _training(ctx: Context, recipe: Path) -> Training:
+    """How the end-to-end parts train: as ``recipe`` does, in the precision it runs in here
+    (the recipe's on CUDA, float32 on a CPU), our models' layers compiled on CUDA (eager on
+    a CPU; the peers always eager)."""
+    training = recipe_training(recipe, ctx.device)
+    ctx.record(training=training.figures())
+    return training
+
+
+# What a model's result keeps in report.json; its profile goes to OUT/profiles/PART.json.
+_PROFILED = ("profile", "saved_tensors")
+
+
+def _figures_of(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in _PROFILED}
+
+
+def keep_profiles(ctx: Context, part: str, results: dict[str, dict], **settings) -> None:
+    """Keep the profile of one step of each model in ``results`` (name -> a bench's result):
+    ``OUT/profiles/PART.json`` (every figure) and ``PART.txt`` (tables for people), and a
+    summary of each in the part's figures (``profile``), which report.md shows."""
+    kept = {name: result for name, result in results.items() if "error" not in result and "profile" in result}
+    files = {}
+    if ctx.profiles is not None and kept:
+        ctx.profiles.mkdir(parents=True, exist_ok=True)
+        record = {"part": part, "device": ctx.device, "toy": ctx.toy, **settings, "models": kept}
+        (ctx.profiles / f"{part}.json").write_text(json.dumps(record, indent=1, default=str))
+        (ctx.profiles / f"{part}.txt").write_text("\n".join(profile_table(name, r) for name, r in kept.items()))
+        files = {"json": f"profiles/{part}.json", "text": f"profiles/{part}.txt"}
+    ctx.record(profile={"files": files, "models": {name: profile_summary(r) for name, r in kept.items()}})
+
+
+def profile_summary(result: dict) -> dict:
+    """A model's profile in a few figures: the attention it ran, syncs, copies, compiles,
+    peak memory, the largest layer's saved tensors and the top kernel."""
+    profile = result["profile"]
+    dynamo = profile["dynamo"]["in_step"]
+    saved = result.get("saved_tensors") or {}
+    layers = saved.get("layers") or []
+    top = profile["kernels"][0] if profile["kernels"] else None
+    return {
+        "band_attention": result["attention"]["backends"],
+        "sdpa_kernel": result["attention"]["kernel"],
+        "host_syncs": profile["host_syncs"]["count"],
+        "h2d_copies": profile["h2d_copies"]["count"],
+        "compiles": dynamo["compiles"],
+        "recompiles": dynamo["recompiles"],
+        "graph_breaks": dynamo["graph_breaks"],
+        "peak_gib": result["peak_gib"],
+        "largest_layer_saved_mib": max(row["bytes"] for row in layers) / 2**20 if layers else None,
+        "top_kernel": f"{top['name'][:80]} ({top['ms']:.3g} ms x{top['count']})" if top else None,
+    }
+
+
 def lm(ctx: Context) -> dict:
-    """``bench lm`` at 16K characters: longformer_lm_small against transformer_lm."""
+    """``bench lm`` at 16K characters: longformer_lm_small against transformer_lm, as fairseq
+    runs it and with causal SDPA, all trained as the phase-1 recipe trains."""
     seq_len, repeat, layers = _pick(ctx, (16384, 3, None), (256, 1, TOY_LM_LAYERS))
-    precision = _precision(ctx)
+    training = _training(ctx, bench_lm.recipe(1))
     torch.manual_seed(0)
-    ours, windows = bench_lm.longformer_small(1, checkpoint=False, layers=layers)
-    mine = bench_lm.measure(ours, seq_len, repeat, ctx.device, precision)
-    ctx.record(seq_len=seq_len, precision=precision, windows=windows, layers=len(ours.blocks), longformer_lm_small=mine)
+    ours, windows = bench_lm.longformer_small(1, training.checkpoint_activations, layers, training.dropout,
+                                              training.attention_dropout, training.compile_layers)  # fmt: skip
+    ctx.record(seq_len=seq_len, precision=training.precision, windows=windows, layers=len(ours.blocks))
+    results = {"longformer_lm_small": bench_lm.measure(ours, seq_len, repeat, ctx.device, training.precision, True)}
+    ctx.record(longformer_lm_small=_figures_of(results["longformer_lm_small"]))
+    # Kept after each model: a part stopped by its cap keeps the profiles it took.
+    keep_profiles(ctx, "lm", results, seq_len=seq_len, training=training.figures())
     sizes = bench_lm.peer_sizes(ours, 1)
     del ours
     _release(ctx.device)
-    peer = bench_lm.transformer_lm(seq_len, sizes)
-    theirs = bench_lm.measure(peer, seq_len, repeat, ctx.device, precision)
-    ctx.record(transformer_lm=theirs)
-    _raise_errors(mine=mine, theirs=theirs)
-    return {"speedup": mine["chars_per_s"] / theirs["chars_per_s"]}
+    for name in bench_lm.PEERS:
+        peer = bench_lm.peer(name, seq_len, sizes, training.dropout, training.attention_dropout,
+                             training.checkpoint_activations)  # fmt: skip
+        results[name] = bench_lm.measure(peer, seq_len, repeat, ctx.device, training.precision, True)
+        del peer
+        _release(ctx.device)
+        ctx.record(**{name: _figures_of(results[name])})
+        keep_profiles(ctx, "lm", results, seq_len=seq_len, training=training.figures())
+    _raise_errors(**results)
+    mine = results["longformer_lm_small"]["chars_per_s"]
+    return {
+        "speedup": mine / results["transformer_lm"]["chars_per_s"],
+        "speedup_vs_causal_sdpa": mine / results["transformer_lm_causal_sdpa"]["chars_per_s"],
+    }
 
 
 def _raise_errors(**results) -> None:
@@ -328,34 +406,50 @@ def _raise_errors(**results) -> None:
 
 
 def finetune(ctx: Context) -> dict:
-    """``bench finetune`` at 4K and 16K tokens: our QA training step against HF's."""
+    """``bench finetune`` at 4K and 16K tokens: our QA training step against HF's, trained as
+    the TriviaQA recipe trains; the profile is the longest length's."""
     lengths = _pick(ctx, (4096, 16384), (256,))
     global_tokens, window, layers, repeat = _pick(ctx, (64, 256, None, 3), (8, 16, 1, 1))
+    training = _training(ctx, bench_finetune.RECIPE)
     rows = []
     for seq_len in lengths:
-        row = {"seq_len": seq_len}
+        row, results = {"seq_len": seq_len}, {}
         for kind in bench_finetune.KINDS:
-            row[kind] = bench_finetune.step_measurement(kind, seq_len, global_tokens, window, layers, 1, ctx.device,
-                                                        _precision(ctx), repeat)  # fmt: skip
+            results[kind] = bench_finetune.step_measurement(
+                kind, seq_len, global_tokens, window, layers, 1, ctx.device, training.precision, repeat,
+                training.dropout, training.attention_dropout, training.checkpoint_activations,
+                saved_tensors=seq_len == lengths[-1], compile_layers=training.compile_layers,
+            )  # fmt: skip
+            row[kind] = _figures_of(results[kind])
             _release(ctx.device)
         row["speedup"] = row["hf"]["step_s"] / row["ours"]["step_s"]
         row["memory_ratio"] = row["ours"]["peak_gib"] / row["hf"]["peak_gib"]
         rows.append(row)
-        ctx.record(rows=rows, precision=_precision(ctx), window=window, global_tokens=global_tokens)
+        ctx.record(rows=rows, precision=training.precision, window=window, global_tokens=global_tokens)
+        if seq_len == lengths[-1]:
+            keep_profiles(ctx, "finetune", results, seq_len=seq_len, training=training.figures())
     return {}
 
 
 def led(ctx: Context) -> dict:
-    """``bench led`` at 16K source tokens: LED against BART, with peak memory."""
+    """``bench led`` at 16K source tokens: LED against BART, with peak memory, trained as the
+    LED-base recipe trains (its precision, dropout and activation checkpointing)."""
     source, target, window, layers, width, repeat = _pick(
         ctx, (16384, 512, 512, None, None, 2), (512, 32, 32, 1, 64, 1)
     )
-    row = {"source_len": source, "target_len": target, "window": window, "precision": _precision(ctx)}
+    training = _training(ctx, bench_led.RECIPE)
+    row = {"source_len": source, "target_len": target, "window": window, "precision": training.precision}
+    results = {}
     for kind in ("led", "bart"):
-        row[kind] = bench_led.step_measurement(kind, source, target, window, layers, width, repeat, ctx.device,
-                                               _precision(ctx))  # fmt: skip
+        results[kind] = bench_led.step_measurement(
+            kind, source, target, window, layers, width, repeat, ctx.device, training.precision,
+            training.checkpoint_activations, training.dropout, training.attention_dropout, saved_tensors=True,
+            compile_layers=training.compile_layers,
+        )  # fmt: skip
+        row[kind] = _figures_of(results[kind])
         _release(ctx.device)
         ctx.record(**row)
+        keep_profiles(ctx, "led", results, source_len=source, target_len=target, training=training.figures())
     return {
         "speedup": row["bart"]["step_s"] / row["led"]["step_s"],
         "memory_ratio": row["led"]["peak_gib"] / row["bart"]["peak_gib"],
@@ -395,24 +489,23 @@ def _device_memory(ctx: Context) -> dict:
 
 
 def led_train_64k(ctx: Context) -> dict:
-    """One LED-base training step at 64K source tokens, bf16, activation checkpointing."""
+    """One LED-base training step at 64K source tokens, bf16, the LED recipe's dropouts,
+    activation checkpointing, its layers compiled on CUDA (as ``bench led`` trains it)."""
     source, target, layers, width = _pick(ctx, (65536, 512, None, None), (2048, 32, 1, 64))
     precision = _precision(ctx)
+    training = recipe_training(bench_led.RECIPE, ctx.device)
     figures = _fits(
-        lambda: bench_led.step_measurement(
-            "led",
-            source,
-            target,
-            512 if not ctx.toy else 32,
-            layers,
-            width,
-            1,
-            ctx.device,
-            precision,
-            checkpoint_activations=True,
-        )  # fmt: skip
-    )
-    return {"source_len": source, "target_len": target, "precision": precision, **figures, **_device_memory(ctx)}
+        lambda: _figures_of(
+            bench_led.step_measurement(
+                "led", source, target, 512 if not ctx.toy else 32, layers, width, 1, ctx.device, precision,
+                checkpoint_activations=True, dropout=training.dropout, attention_dropout=training.attention_dropout,
+                compile_layers=training.compile_layers,
+            )
+        )
+    )  # fmt: skip
+    return {"source_len": source, "target_len": target, "precision": precision, "dropout": training.dropout,
+            "attention_dropout": training.attention_dropout, "compile_layers": training.compile_layers, **figures,
+            **_device_memory(ctx)}  # fmt: skip
 
 
 def encoder_128k(ctx: Context) -> dict:

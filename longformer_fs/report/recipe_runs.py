@@ -1,5 +1,8 @@
 """The report's recipes on the device: one toy run of each recipe family through ``make``,
-in the recipe's own precision, then the model it trained through its hub, on the device.
+in the recipe's own precision and with its own dropout (only sizes and step counts are
+overridden), then the model it trained through its hub, on the device. Each run records the
+precision and dropouts it trained with (from its checkpoint) and the attention backends its
+training took (from its log), and on a GPU whether those are fast ones.
 
 The inputs are built here, once per report, in the layouts users bring them: a text8 zip,
 GPT-2-style BPE files trained on this checkout's own docs, fairseq RoBERTa and BART releases
@@ -26,7 +29,7 @@ from pathlib import Path
 from data_prep.char_corpus import prepare as prepare_char_corpus
 from data_prep.gpt2_bpe import train_bpe
 
-from ..checkpoint_files import read_checkpoint
+from ..checkpoint_files import config_get, model_config, read_checkpoint
 from .parts import ROOT, command_output
 from .runner import Context, PartFailed
 
@@ -260,10 +263,47 @@ def _world(ctx: Context) -> ToyWorld:
     return ToyWorld(ctx.work / "toy_world")
 
 
-def _precision(checkpoint: Path) -> str:
-    """The precision a run trained in, as its checkpoint records fairseq's settings."""
-    common = read_checkpoint(checkpoint)["cfg"]["common"]
-    return "bf16" if common.get("bf16") else "fp16" if common.get("fp16") else "fp32"
+def _trained(checkpoint: Path) -> dict:
+    """How a run trained, as its checkpoint records fairseq's settings: its precision and
+    its model's dropout and attention dropout."""
+    state = read_checkpoint(checkpoint)
+    common, model = state["cfg"]["common"], model_config(state)
+    return {
+        "precision": "bf16" if common.get("bf16") else "fp16" if common.get("fp16") else "fp32",
+        "dropout": config_get(model, "dropout"),
+        "attention_dropout": config_get(model, "attention_dropout"),
+    }
+
+
+# What longformer_fs.attention.backends logs (INFO, once per process and choice) when `auto`
+# chooses, and when a backend hands a kind of call to another.
+_AUTO_CHOICE = re.compile(r"attention backend auto -> (\w+) on (\w+)")
+_HANDED_OVER = re.compile(r"attention backend (\w+) -> (\w+) for (.+?) calls:")
+# The backends that do the band's work on a GPU at a fast kernel's speed (docs/benchmarks.md);
+# `chunks` is blocked PyTorch and our CUDA kernel has no tensor cores.
+FAST_ON_GPU = ("flash", "flex")
+
+
+def attention_backends(log: str, device: str) -> dict:
+    """Which attention backends a run's training took, from its log (``make``'s output).
+
+    Returns:
+        ``attention_backends``: each ``"NAME on DEVICE"`` that ``auto`` chose;
+        ``attention_handed_over``: each ``"FROM -> TO for KIND calls"``; and, on a GPU,
+        ``fast_backend``: whether every backend that computed calls there is a fast one
+        (:data:`FAST_ON_GPU`), None elsewhere or when the log names none.
+    """
+    chosen = sorted({(name, where) for name, where in _AUTO_CHOICE.findall(log)})
+    handed = sorted(set(_HANDED_OVER.findall(log)))
+    on_gpu = {name for name, where in chosen if where == "cuda"} | {to for _, to, _ in handed}
+    fast = None
+    if device == "cuda" and on_gpu:
+        fast = all(name in FAST_ON_GPU for name in on_gpu)
+    return {
+        "attention_backends": [f"{name} on {where}" for name, where in chosen],
+        "attention_handed_over": [f"{a} -> {b} for {kind} calls" for a, b, kind in handed],
+        "fast_backend": fast,
+    }
 
 
 def _hub(path: Path, checkpoint: str, device: str):
@@ -280,9 +320,9 @@ def text8(ctx: Context) -> dict:
     """``make text8-phase1``, then the character LM's hub writing on the device."""
     world = _world(ctx)
     save = ctx.work / "checkpoints" / "char_lm"
-    world.make("text8-phase1", DATA=world.text8(), SAVE=save, HYDRA_ARGS=" ".join(CHAR_LM))
+    log = world.make("text8-phase1", DATA=world.text8(), SAVE=save, HYDRA_ARGS=" ".join(CHAR_LM))
     trained = save / "text8" / "small" / "phase1"
-    ctx.record(precision=_precision(trained / "checkpoint_last.pt"))
+    ctx.record(**_trained(trained / "checkpoint_last.pt"), **attention_backends(log, ctx.device))
     lm = _hub(trained, "checkpoint_last.pt", ctx.device)
     written = lm.sample("the cat ", max_new=32, greedy=True)
     return {"hub": {"device": _device_of(lm), "sample": written}}
@@ -292,8 +332,9 @@ def mlm_base(ctx: Context) -> dict:
     """``make mlm-base`` from a fairseq RoBERTa release, then the encoder hub's ``fill_mask``."""
     world = _world(ctx)
     save = ctx.work / "checkpoints" / "mlm"
-    world.make("mlm-base", ROBERTA=world.roberta(), DATA=world.documents(), MLM_SAVE=save, HYDRA_ARGS=" ".join(MLM))
-    ctx.record(precision=_precision(save / "base_4096" / "checkpoint_last.pt"))
+    log = world.make("mlm-base", ROBERTA=world.roberta(), DATA=world.documents(), MLM_SAVE=save,
+                     HYDRA_ARGS=" ".join(MLM))  # fmt: skip
+    ctx.record(**_trained(save / "base_4096" / "checkpoint_last.pt"), **attention_backends(log, ctx.device))
     model = _hub(save / "base_4096", "checkpoint_last.pt", ctx.device)
     filled = model.fill_mask("Every command has <mask> help.", topk=2)
     return {"hub": {"device": _device_of(model), "fill_mask": [f[0] for f in filled]}}
@@ -308,8 +349,9 @@ def finetune_triviaqa(ctx: Context) -> dict:
     save = ctx.work / "checkpoints" / "finetune"
     log = world.make("finetune-triviaqa", MODEL=converted / "model.pt", DATA=world.questions(), FT_SAVE=save,
                      HYDRA_ARGS=" ".join(FINETUNE))  # fmt: skip
-    ctx.record(precision=_precision(save / "triviaqa" / "checkpoint_best.pt"),
-               evaluation=[line for line in log.splitlines() if "EM" in line][-1:])  # fmt: skip
+    ctx.record(**_trained(save / "triviaqa" / "checkpoint_best.pt"),
+               evaluation=[line for line in log.splitlines() if "EM" in line][-1:],
+               **attention_backends(log, ctx.device))  # fmt: skip
     model = _hub(save / "triviaqa", "checkpoint_best.pt", ctx.device)
     answer = model.answer("Which command prepares the data?", "The prep command prepares the data for training.")
     return {"hub": {"device": _device_of(model), "answer": answer}}
@@ -321,8 +363,9 @@ def summarize_arxiv(ctx: Context) -> dict:
     save = ctx.work / "checkpoints" / "summarization"
     log = world.make("summarize-arxiv", BART=world.bart(), DATA=world.summaries(), GPT2=world.gpt2(), SUM_SAVE=save,
                      HYDRA_ARGS=" ".join(LED), SUMMARIZE_ARGS="--min-len 2 --max-len 8")  # fmt: skip
-    ctx.record(precision=_precision(save / "large_16k" / "checkpoint_best.pt"),
-               rouge=[line for line in log.splitlines() if "ROUGE" in line][-3:])  # fmt: skip
+    ctx.record(**_trained(save / "large_16k" / "checkpoint_best.pt"),
+               rouge=[line for line in log.splitlines() if "ROUGE" in line][-3:],
+               **attention_backends(log, ctx.device))  # fmt: skip
     led = _hub(save / "large_16k", "checkpoint_best.pt", ctx.device)
     summary = led.sample("We study attention over long documents. " * 8, beam=2, min_len=2, max_len_b=8)
     return {"hub": {"device": _device_of(led), "summary": summary}}

@@ -31,6 +31,7 @@ class Context:
         toy: every size shrunk to what a CPU runs in seconds.
         work: scratch space shared by the parts (the recipes' corpora and models).
         log: the part's own log file (its stdout and stderr go there too).
+        profiles: where a part keeps its profiles (``OUT/profiles``), or None: not kept.
     """
 
     device: str
@@ -39,6 +40,7 @@ class Context:
     log: Path
     figures: dict = field(default_factory=dict)
     _partial: Path | None = None
+    profiles: Path | None = None
 
     def record(self, **figures) -> None:
         """Keep ``figures`` now: a part that runs out of time still reports what it measured."""
