@@ -243,8 +243,8 @@ def test_compiled_cpu_flex_with_our_block_mask(monkeypatch):
         spec = BandSpec(window, dilations, causal, 16**-0.5)
         if window == 150:  # head 0 has d = 2
             assert band_block_mask(q, None, spec).full_kv_num_blocks[0, 0].sum() > 0
-        # Inductor's caches (on disk, across runs) would hand back a graph another run lowered.
-        with torch.no_grad(), torch._inductor.config.patch(force_disable_caches=True):
+        # Inductor's graph cache (on disk, across runs) would hand back a graph another run lowered.
+        with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False):
             out = forward(q, k, v, *call_inputs(q, None, spec), spec.scale)
         want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), window, dilations, causal)
         torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
