@@ -198,10 +198,10 @@ START_FIRST = (
 )
 
 
-# The suite's budget, module by module: seconds of fixture set-up each module may take on
-# the 2-core CI machine under `make test` (about 1.5x what it took when set). A module
-# over its share fails the run, by name and time: a new module's set-up, or a slower one,
-# is seen the day it lands. Measured set-ups: the table printed at the end of every run.
+# The suite's budget, module by module: seconds of fixture set-up each module was given on
+# the 2-core CI machine under `make test` (about 1.5x what it took when set). Every run
+# prints the largest set-ups beside their shares, and names a module over its share; the
+# clock never fails a run (one machine runs 2.5x another: speed belongs in benchmarks).
 SETUP_SHARE = 60
 SETUP_SHARES = {
     # Measured CI's way (2 workers) with one zygote a run (d9ccf88 and its thread fix).
@@ -230,8 +230,8 @@ def _over_budget(config) -> dict[str, float]:
     """Modules over their share, in the setting the shares were measured in: `make test`'s
     workers, one intra-op thread each. A run of one module in one process (the pages'
     ``make test TEST_WORKERS=0 PYTEST_ARGS="-s ..."``) runs its processes with two threads,
-    side by side, and is not held to them: test_led's set-up took 129 s there, 61-65 s in
-    CI's way."""
+    side by side, and is not compared with them: test_led's set-up took 129 s there, 61-65 s
+    in CI's way."""
     if not getattr(config.option, "numprocesses", None):
         return {}
     return {m: s for m, s in _SETUP_SECONDS.items() if s > SETUP_SHARES.get(m, SETUP_SHARE)}
@@ -246,15 +246,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"{seconds:7.1f}  ({SETUP_SHARES.get(module, SETUP_SHARE):.0f})  {module}")
     for module, seconds in _over_budget(config).items():
         terminalreporter.write_line(
-            f"BUDGET: {module}'s set-up took {seconds:.0f} s, over its share of "
-            f"{SETUP_SHARES.get(module, SETUP_SHARE):.0f} s (tests/conftest.py SETUP_SHARES)",
-            red=True,
+            f"over its share: {module}'s set-up took {seconds:.0f} s, its share "
+            f"{SETUP_SHARES.get(module, SETUP_SHARE):.0f} s (tests/conftest.py SETUP_SHARES; a report, not a failure)",
+            yellow=True,
         )
-
-
-def pytest_sessionfinish(session, exitstatus):
-    if not hasattr(session.config, "workerinput") and _over_budget(session.config) and exitstatus == 0:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):

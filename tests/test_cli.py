@@ -222,7 +222,9 @@ def test_time_split_names_where_a_step_spends_its_time(monkeypatch):
     # toy step's small operators trade places (a top 4 once held none of them).
     whole, *split = bench.time_split("chunks", bench.Case(256, 8, 1, False, 1), args, top=16)
     assert whole["name"] == "(whole step)" and whole["ms"] > 0
-    assert 8 <= len(split) <= 16 and all(0 < row["ms"] <= 2 * whole["ms"] and row["calls"] >= 1 for row in split)
+    # Against the same run's whole step, with room for the profiler's own cost and another
+    # process on the cores: a row over it is no part of a step (0.3 s would be 100x).
+    assert 8 <= len(split) <= 16 and all(0 < row["ms"] <= 10 * whole["ms"] and row["calls"] >= 1 for row in split)
     assert [row["ms"] for row in split] == sorted((row["ms"] for row in split), reverse=True)
     assert any("bmm" in row["name"] or "matmul" in row["name"] or "einsum" in row["name"] for row in split), split
     assert paused and "pause" not in [row["name"] for row in split]
