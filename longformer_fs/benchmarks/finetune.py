@@ -38,7 +38,7 @@ from ..tasks.qa import QaTask
 from . import write_results
 from .measure import add_device_arguments, autocast, cast_as_fairseq, run_isolated
 from .recipe_training import add_training_arguments, training_of, warmup_steps
-from .step_profile import attention_summary, measure_step
+from .step_profile import add_saved_tensors_argument, attention_summary, measure_step
 
 VOCAB = 50265  # RoBERTa's dictionary, <mask> included
 KINDS = ("ours", "hf")
@@ -53,10 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per step")
     add_device_arguments(parser, precision=False)
     add_training_arguments(parser, "recipes/finetune/triviaqa.yaml")
-    parser.add_argument(
-        "--saved-tensors", action="store_true", help="also measure the bytes each layer saves for the backward "
-        "(one more step per model)",
-    )  # fmt: skip
+    add_saved_tensors_argument(parser)
     parser.add_argument("--repeat", type=int, default=3, help="timed steps per measurement (median)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--out", type=Path, default=Path("bench_out/finetune"), help="directory for results.json")

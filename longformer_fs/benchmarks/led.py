@@ -33,7 +33,7 @@ from ..recipes import RECIPES
 from . import int_list, write_results
 from .measure import add_device_arguments, autocast, cast_as_fairseq, median_time, peak_memory_bytes, run_isolated
 from .recipe_training import add_training_arguments, training_of, warmup_steps
-from .step_profile import attention_summary, measure_step
+from .step_profile import add_saved_tensors_argument, attention_summary, measure_step
 
 VOCAB = 50265  # BART's dictionary
 RECIPE = RECIPES / "summarization" / "led_base_16k.yaml"  # the training both models get
@@ -51,10 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     add_device_arguments(parser, precision=False)
     add_training_arguments(parser, "recipes/summarization/led_base_16k.yaml")
-    parser.add_argument(
-        "--saved-tensors", action="store_true", help="also measure the bytes each layer saves for the backward "
-        "(one more step per model)",
-    )  # fmt: skip
+    add_saved_tensors_argument(parser)
     parser.add_argument("--out", type=Path, default=Path("bench_out/led"), help="directory for results.json")
 
 

@@ -42,7 +42,7 @@ from . import int_list as _int_list
 from . import write_results
 from .measure import add_device_arguments, cast_as_fairseq, run_isolated
 from .recipe_training import add_training_arguments, training_of
-from .step_profile import attention_summary, measure_step
+from .step_profile import add_saved_tensors_argument, attention_summary, measure_step
 
 VOCAB = 205  # enwik8's byte vocabulary plus fairseq's specials
 
@@ -61,10 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     add_device_arguments(parser, precision=False)
     add_training_arguments(parser, "recipes/char_lm/small_phaseN.yaml (N: --phase)")
-    parser.add_argument(
-        "--saved-tensors", action="store_true", help="also measure the bytes each layer saves for the backward "
-        "(one more step per model)",
-    )  # fmt: skip
+    add_saved_tensors_argument(parser)
     parser.add_argument("--out", type=Path, default=Path("bench_out/lm"), help="directory for results.json")
 
 

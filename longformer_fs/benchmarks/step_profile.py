@@ -46,6 +46,14 @@ _ANY_FRAME = re.compile(r"^(?!torch/|<built-in|<frozen|typing\.py).*\(\d+\): ")
 _SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy)(_v\d+)?$")
 
 
+def add_saved_tensors_argument(parser) -> None:
+    """``--saved-tensors``: the end-to-end benches' option of one more, measured, step."""
+    parser.add_argument(
+        "--saved-tensors", action="store_true",
+        help="also measure the bytes each layer saves for the backward (one more step per model)",
+    )  # fmt: skip
+
+
 def attention_kernel(sdpa: dict[str, int], softmax_calls: int) -> str:
     """One name for the attention kernels a step ran: the SDPA kernels by calls (``"flash"``,
     ``"efficient + math"``), or ``"bmm + softmax (no SDPA)"`` when softmax ran without SDPA
