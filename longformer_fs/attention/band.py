@@ -70,7 +70,12 @@ def band_mask(
     Only the band pattern: padding and global tokens are applied by the caller.
     """
     pos = torch.arange(seq_len, device=device)
-    offset = pos[None, :] - pos[:, None]  # key - query
+    return in_band(pos[None, :] - pos[:, None], window, dilation, causal)
+
+
+def in_band(offset: torch.Tensor, window: int, dilation: int, causal: bool) -> torch.Tensor:
+    """Whether a ``(w, d)`` band holds the key ``offset`` (key minus query) positions from its
+    query: bool, ``offset``'s shape. The vectorised :func:`band_column` is not None."""
     upper = 0 if causal else window * dilation
     return (offset % dilation == 0) & (offset >= -window * dilation) & (offset <= upper)
 

@@ -26,6 +26,7 @@ def masked_attention(
     scale: float,
     dropout_p: float = 0.0,
     bias: torch.Tensor | None = None,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of every query over the allowed keys.
 
@@ -35,6 +36,8 @@ def masked_attention(
         scale: multiplies the scores.
         dropout_p: dropout on the probabilities (after the normaliser is taken).
         bias: added to the scaled scores, broadcastable to ``(B, H, Tq, Tk)``.
+        keep: with ``dropout_p``, a given draw in place of a random one: bool, True for
+            the pairs kept (checks that replay another implementation's dropout).
 
     Returns:
         ``out`` ``(B, H, Tq, D)`` and ``lse`` ``(B, H, Tq)``, both in the compute dtype.
@@ -45,5 +48,5 @@ def masked_attention(
         scores = scores + bias
     probs, lse = masked_softmax_with_lse(scores, allowed)
     if dropout_p > 0:
-        probs = F.dropout(probs, dropout_p)
+        probs = F.dropout(probs, dropout_p) if keep is None else probs * keep / (1 - dropout_p)
     return torch.matmul(probs, v.to(dtype)), lse

@@ -31,9 +31,9 @@ from . import check_records
 from .backends import flash as flash_backend
 from .backends import forget_choices
 from .backends import kernel as kernel_backend
-from .backends.reference import reference_band_attention
-from .band import band_width, head_band_mask
-from .softmax import masked_softmax_with_lse
+from .backends.reference import allowed_pairs, reference_band_attention
+from .band import band_width
+from .dense import masked_attention
 from .spec import BandSpec, PositionTerm
 
 # Tolerances against float64 (docs/design.md §2): fp32 on a GPU, and half inputs with
@@ -160,14 +160,10 @@ def _run(fn, q, k, v, key_mask, position, spec, grads):
 
 
 def dropped_reference(q, k, v, key_mask, spec: BandSpec, keep: torch.Tensor):
-    """Dense band attention that drops exactly the pairs ``keep`` ``(B, H, T, T)`` does not
-    keep (and scales the kept ones by ``1 / (1 - p)``): ``(out, lse)`` in ``q``'s dtype."""
-    allowed = head_band_mask(q.shape[2], spec.window, spec.dilations, spec.causal, q.device)[None]
-    if key_mask is not None:
-        allowed = allowed & ~key_mask[:, None, None, :]
-    probs, lse = masked_softmax_with_lse(torch.matmul(q, k.transpose(-1, -2)) * spec.scale, allowed)
-    probs = probs * keep.to(q.device) / (1 - spec.dropout_p)
-    return torch.matmul(probs, v), lse
+    """The reference backend's dense band attention, dropping exactly the pairs ``keep``
+    ``(B, H, T, T)`` does not keep: ``(out, lse)``."""
+    allowed = allowed_pairs(q.shape[2], key_mask, spec, q.device)
+    return masked_attention(q, k, v, allowed, spec.scale, spec.dropout_p, keep=keep.to(q.device))
 
 
 def check_case(

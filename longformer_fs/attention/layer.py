@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .backends import get_backend
+from .band import in_band
 from .dense import compute_dtype
 from .functional import band_attention_with_lse
 from .softmax import masked_softmax_with_lse, merge_attention
@@ -79,10 +80,7 @@ def band_reaches(offset: torch.Tensor, window: int, dilations: tuple[int, ...], 
         bool, ``offset``'s shape with the head dimension 1 when every head has one
         dilation, else ``(B, H, ...)``.
     """
-    upper = 0 if causal else window
-    per_dilation = {
-        d: (offset.remainder(d) == 0) & (offset >= -window * d) & (offset <= upper * d) for d in set(dilations)
-    }
+    per_dilation = {d: in_band(offset, window, d, causal) for d in set(dilations)}
     if len(per_dilation) == 1:
         return next(iter(per_dilation.values()))
     return torch.cat([per_dilation[d] for d in dilations], dim=1)

@@ -19,7 +19,12 @@ def band_distances(
     """``(H, W)`` long on ``device``: query position minus key position for each band column.
 
     Built where it is used, from ``arange``: no table is copied to the device per call."""
-    steps = window - torch.arange(band_width(window, causal), device=device)
+    return head_distances(window - torch.arange(band_width(window, causal), device=device), dilations)
+
+
+def head_distances(steps: torch.Tensor, dilations: tuple[int, ...]) -> torch.Tensor:
+    """``(H, N)``: each head's distances ``d_h * steps`` for ``steps`` ``(N,)``, stacked from
+    Python ints (a tensor of the dilations would be a copy to the device at every call)."""
     per_dilation = {d: steps * d for d in set(dilations)}
     return torch.stack([per_dilation[d] for d in dilations])
 

@@ -24,7 +24,7 @@ import torch.nn as nn
 from .cache import BandCache
 from .dense import compute_dtype
 from .functional import band_attention_with_lse
-from .relative import band_distances, sinusoid
+from .relative import band_distances, head_distances, sinusoid
 from .spec import BandSpec, PositionTerm
 from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
 
@@ -129,10 +129,8 @@ class RelativeBandSelfAttention(nn.Module):
         return self.out_proj(out)
 
     def _lookback(self, first: int, end: int, device: torch.device) -> torch.Tensor:
-        """``(H, end - first)`` long: each head's distances ``d_h * k`` for ``k`` in ``[first, end)``,
-        built on ``device`` (no per-step copy of the dilations)."""
-        steps = torch.arange(first, end, device=device)
-        return torch.stack([steps * d for d in self.dilations])
+        """``(H, end - first)`` long: each head's distances ``d_h * k`` for ``k`` in ``[first, end)``."""
+        return head_distances(torch.arange(first, end, device=device), self.dilations)
 
     def _step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i: int, cache: BandCache) -> torch.Tensor:
         """Token ``i`` of the new ones (its query ``q``: ``(B, H, 1, D)``) after storing its

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..precision import unsupported_precision
 from .measure import check_device
 
 
@@ -170,12 +171,9 @@ def recipe_training(
     needed = [name for name, value in given.items() if value is None and name != "compile_layers"]
     settings = recipe_settings(recipe) if needed else {"precision": precision}
     recipe_precision = settings["precision"]
-    if precision is None:
-        precision = recipe_precision
-        if torch.device(device).type != "cuda":
-            precision = "fp32"
-        elif precision == "bf16" and not torch.cuda.is_bf16_supported():
-            precision = "fp32"
+    if precision is None:  # the recipe's, fitted to the device as FitToDevice fits a recipe's run
+        common = {recipe_precision: recipe_precision != "fp32", "cpu": torch.device(device).type != "cuda"}
+        precision = "fp32" if unsupported_precision(common)[0] else recipe_precision
     try:
         shown = str(Path(recipe).resolve().relative_to(Path(__file__).resolve().parents[2]))
     except ValueError:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from .. import calls
-from ..band import effective_window, residue_order
+from ..band import effective_window
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm
 from . import flash_stand_in
@@ -265,7 +265,7 @@ def _keep_by_position(debug: torch.Tensor, cum_seq: torch.Tensor, batch: int, se
     heads = debug.shape[1]
     keep = torch.ones(batch, heads, seq_len, seq_len, dtype=torch.bool, device=debug.device)
     bounds = cum_seq.tolist()
-    order = residue_order(seq_len, dilation).to(debug.device)
+    order, _ = _orders(seq_len, dilation, debug.device)
     for segment, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         if end == start:
             continue
@@ -276,19 +276,29 @@ def _keep_by_position(debug: torch.Tensor, cum_seq: torch.Tensor, batch: int, se
     return keep
 
 
+def _band(q, k, v, key_mask, spec: BandSpec, draws: list | None = None) -> list[torch.Tensor]:
+    """Every head, each dilation's heads in one call: ``[out (B, H, T, D), lse (B, H, T)]``,
+    and with ``draws`` the dropout's keep mask ``(B, H, T, T)`` after them."""
+    groups = spec.head_groups()
+    if len(groups) == 1:
+        out, lse = _group(q, k, v, key_mask, spec, next(iter(groups)), draws)
+        return [out, lse] + ([draws[-1]] if draws is not None else [])
+    heads_of = [None] * q.shape[1]  # each head's results: its group's, sliced to it
+    for dilation, heads in groups.items():
+        out, lse = _group(*(_heads(x, heads) for x in (q, k, v)), key_mask, spec, dilation, draws)
+        results = [out, lse] + ([draws[-1]] if draws is not None else [])
+        for i, head in enumerate(heads):
+            heads_of[head] = [x[:, i : i + 1] for x in results]
+    return [torch.cat(parts, dim=1) for parts in zip(*heads_of, strict=True)]
+
+
 def attention_with_draws(q, k, v, key_mask, spec: BandSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A call of this backend that also returns its dropout draw: ``(out, lse, keep)``, with
     ``keep`` ``(B, H, T, T)`` bool, True for the pairs the dropout kept (FlashAttention's
     debug mask read by position). For ``check`` and the tests, on a few hundred tokens:
     it reads the segments back to the host."""
-    draws: list = []
-    groups = spec.head_groups()
-    outs, lses, keeps = [None] * q.shape[1], [None] * q.shape[1], [None] * q.shape[1]
-    for dilation, heads in groups.items():
-        out, lse = _group(*(_heads(x, heads) for x in (q, k, v)), key_mask, spec, dilation, draws)
-        for i, head in enumerate(heads):
-            outs[head], lses[head], keeps[head] = out[:, i : i + 1], lse[:, i : i + 1], draws[-1][:, i : i + 1]
-    return torch.cat(outs, dim=1), torch.cat(lses, dim=1), torch.cat(keeps, dim=1)
+    out, lse, keep = _band(q, k, v, key_mask, spec, draws=[])
+    return out, lse, keep
 
 
 def flash_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
@@ -297,12 +307,5 @@ def flash_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTe
     if why_not is not None or position is not None:
         raise ValueError(f"backend: 'flash' cannot compute this call: {why_not or 'it has no position term'}")
     calls.record("flash", spec)
-    groups = spec.head_groups()
-    if len(groups) == 1:
-        return _group(q, k, v, key_mask, spec, next(iter(groups)))
-    outs, lses = [None] * q.shape[1], [None] * q.shape[1]
-    for dilation, heads in groups.items():
-        out, lse = _group(*(_heads(x, heads) for x in (q, k, v)), key_mask, spec, dilation)
-        for i, head in enumerate(heads):
-            outs[head], lses[head] = out[:, i : i + 1], lse[:, i : i + 1]
-    return torch.cat(outs, dim=1), torch.cat(lses, dim=1)
+    out, lse = _band(q, k, v, key_mask, spec)
+    return out, lse

@@ -23,12 +23,16 @@ def work(seq_len: int, spec: BandSpec) -> int:
     return len(spec.dilations) * seq_len * seq_len
 
 
+def allowed_pairs(seq_len: int, key_mask: torch.Tensor | None, spec: BandSpec, device) -> torch.Tensor:
+    """``(B or 1, H, T, T)`` bool: the (query, key) pairs a call's band admits."""
+    allowed = head_band_mask(seq_len, spec.window, spec.dilations, spec.causal, device)[None]
+    return allowed if key_mask is None else allowed & ~key_mask[:, None, None, :]
+
+
 def reference_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     calls.record("reference", spec)
-    allowed = head_band_mask(q.shape[2], spec.window, spec.dilations, spec.causal, q.device)[None]
-    if key_mask is not None:
-        allowed = allowed & ~key_mask[:, None, None, :]
+    allowed = allowed_pairs(q.shape[2], key_mask, spec, q.device)
     bias = None
     if position is not None:
         dtype = compute_dtype(q.dtype)
