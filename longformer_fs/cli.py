@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import warnings
 
@@ -191,13 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     args = build_parser().parse_args(argv)
     try:
-        return args._main(args) or 0
+        code = args._main(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
     except (ValueError, FileNotFoundError, FileExistsError) as err:  # user errors (PrepError too): one line
         print(f"longformer-fs: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # what a run staged is already removed (data_prep's Staging); no traceback
         print("longformer-fs: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `longformer-fs ... | head`: the reader has gone, and the output with it. Quiet, as
+        # Python's docs advise: what is left to flush goes nowhere, not into a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -174,9 +174,9 @@ def pytest_unconfigure(config):
 # apart).
 START_FIRST = (
     "finetune/test_finetune.py",  # 130 (six trainings, an int8 export)
+    "test_cold_lane.py",  # 120 (new interpreters, on purpose: about 10 s each)
     "export/test_export_onnx.py",  # 110 (five exports, about 15 s each)
     "attention/test_flex_backend.py",  # 75 (dynamo and inductor)
-    "training/test_distributed.py",  # 70 (new interpreters, on purpose)
     "mlm/test_longformer_roberta.py",  # 70
     "test_report.py",  # 70 (the whole toy report, profiles included)
     "finetune/test_coref.py",  # 65
@@ -191,6 +191,7 @@ START_FIRST = (
     "finetune/test_hotpotqa.py",  # 25
     "journeys/test_journey_deploy.py",  # 25
     "journeys/test_journey_summarization.py",  # 20
+    "training/test_distributed.py",  # 20
     "journeys/test_journey_mlm.py",  # 20
     "test_demo.py",  # 15
     "journeys/test_journey_char_lm.py",  # 15

@@ -194,6 +194,26 @@ def last_logged(log: str, split: str, key: str) -> float:
     return float(next(f[1] for f in fields if len(f) == 2 and f[0] == key))
 
 
+def argmax_continuation(hub, prompt: str, written: str) -> list[int]:
+    """The most likely byte after each prefix of ``prompt + written`` (past the prompt), by
+    one forward pass over the whole text from ``</s>``, as fairseq's LM task starts a
+    line: no cache, no generator; among the dictionary's byte symbols (text is bytes).
+    Returns them with the bytes ``written`` holds."""
+    import torch
+
+    from longformer_fs.conventions import byte_symbol
+
+    dictionary = hub.task.dictionary
+    symbols = {byte_symbol(b) for b in range(256)}
+    not_bytes = torch.tensor([i < dictionary.nspecial or s not in symbols for i, s in enumerate(dictionary.symbols)])
+    ids = hub.encode(prompt + written)[:-1]
+    tokens = torch.cat([torch.tensor([dictionary.eos()]), ids])[None]
+    with torch.no_grad():
+        logits = hub.model(tokens)[0][0].masked_fill(not_bytes, float("-inf"))
+    start = len(prompt.encode())
+    return logits[start : start + len(written.encode())].argmax(-1).tolist(), ids[start:].tolist()
+
+
 def train_char_lm(data, *extra, model=TINY_CHAR_LM) -> subprocess.CompletedProcess:
     """fairseq-train of the ``model`` options on ``data``, logging JSON: its CompletedProcess."""
     cmd = [BIN / "fairseq-train", data, *model, *CHAR_LM_TRAINING, "--batch-size", "8", "--log-format", "json",

@@ -218,19 +218,33 @@ def _run(request: dict) -> int:
 
 
 def _child(request: dict, fds: list[int]) -> None:
+    """The forked command, from its set-up to its exit: it never returns to the server's loop."""
+    status = 1
+    try:
+        status = _command(request, fds)
+    finally:
+        os._exit(status)
+
+
+def _command(request: dict, fds: list[int]) -> int:
     import atexit
     import signal
 
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
-        signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+    # A new interpreter's dispositions: SIGPIPE ignored (a write to a closed pipe raises
+    # BrokenPipeError), SIGINT as KeyboardInterrupt, the others the system's default.
+    for number in (signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     os.chdir(request["cwd"])
     sys.executable = request["executable"]
     os.environ.clear()
     os.environ.update(request["env"])
     _threads_as_started()
+    _generators_as_started()
     for stream in (sys.stdout, sys.stderr):  # buffered as a new interpreter's would be on these files
         if os.environ.get("PYTHONUNBUFFERED"):
             stream.reconfigure(write_through=True)
@@ -241,10 +255,58 @@ def _child(request: dict, fds: list[int]) -> None:
         if request["tool"] != FRESH:  # the fresh server's children import the plugin themselves
             _alias_package(Path(entry))
     status = _run(request)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    status = _join_threads(status)
     atexit._run_exitfuncs()
-    os._exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # CPython: a failed flush at exit makes a successful run's status 120
+            status = status or 120
+    return status
+
+
+# How long a command's non-daemon threads may take to end after it returns. A new
+# interpreter would wait for them however long they take: one still running after this
+# would have hung the user's command at its end.
+THREAD_GRACE_S = 5.0
+
+
+def _join_threads(status: int) -> int:
+    """A new interpreter's end: ``threading._shutdown``, which runs the threading module's
+    exit callbacks (an idle ``ThreadPoolExecutor``'s workers leave on them) and then joins
+    every non-daemon thread. One still running after :data:`THREAD_GRACE_S` fails the
+    command, named on stderr, where a new interpreter would hang."""
+    import threading
+
+    ended = threading.Event()
+
+    def watchdog() -> None:
+        if ended.wait(THREAD_GRACE_S):
+            return
+        running = [t.name for t in threading.enumerate()
+                   if t is not threading.main_thread() and not t.daemon and t.is_alive()]  # fmt: skip
+        print(f"zygote: the command returned with a non-daemon thread still running ({', '.join(running)}): "
+              "a new interpreter would wait for it at exit", file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            sys.stdout.flush()  # what the command printed, for the test that reads it
+        except OSError:
+            pass
+        os._exit(status or 1)
+
+    threading.Thread(target=watchdog, name="zygote watchdog", daemon=True).start()
+    threading._shutdown()
+    ended.set()
+    return status
+
+
+def _generators_as_started() -> None:
+    """The global random generators as a new interpreter's, seeded from the OS: numpy's and
+    torch's CPU generator (a fork copies the server's state to every child, so every
+    command would draw the same numbers; Python's ``random`` reseeds itself at fork)."""
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
 
 
 def _threads_as_started() -> None:
@@ -345,6 +407,13 @@ def _serve(address: str) -> None:
                 for pid in waiting:
                     os.kill(pid, signal.SIGKILL)
                 return
+            if key.fileobj is not listener:
+                # A shim never writes after its request: its end readable means the shim is
+                # gone (killed, SIGKILL included), and its command goes with it, as a
+                # command started by a shell is the process the signal ended.
+                selector.unregister(key.fileobj)
+                os.kill(key.data, signal.SIGKILL)
+                continue
             connection, _ = listener.accept()
             request, fds = _receive(connection)
             sys.stdout.flush()
@@ -356,8 +425,12 @@ def _serve(address: str) -> None:
                 _child(request, fds)
             for fd in fds:
                 os.close(fd)
-            connection.sendall(f"{pid}\n".encode())
+            try:
+                connection.sendall(f"{pid}\n".encode())
+            except OSError:  # the shim is already gone
+                pass
             waiting[pid] = connection
+            selector.register(connection, selectors.EVENT_READ, pid)
         while waiting:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -366,7 +439,13 @@ def _serve(address: str) -> None:
             connection = waiting.pop(pid, None)
             if connection is not None:
                 try:
+                    selector.unregister(connection)
+                except KeyError:  # unregistered when its shim went
+                    pass
+                try:
                     connection.sendall(f"{code}\n".encode())
+                except OSError:
+                    pass
                 finally:
                     connection.close()
 

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="updates left out of the timing")
     parser.add_argument("--layers", type=int, default=None, help="override the model depth (default: the recipe's)")
     parser.add_argument("--width", type=int, default=None, help="override the model width (and 4x for the FFN)")
-    parser.add_argument("--out", type=Path, default=Path("bench_out/scale"), help="work and results directory")
+    parser.add_argument("--out", type=Path, default=Path("bench_out/scale"),
+                        help="work and results directory (fairseq's log of each run in OUT/logs/)")  # fmt: skip
 
 
 def _free_port() -> int:
@@ -93,11 +94,22 @@ def train_command(data: Path, save: Path, args, processes: int) -> list[str]:
     ]
 
 
+def log_path(out: Path, processes: int) -> Path:
+    """Where the run of ``processes`` keeps fairseq's log (every rank's lines)."""
+    return out / "logs" / f"processes-{processes}.log"
+
+
 def run(processes: int, data: Path, args) -> dict:
+    """One run's figures from fairseq's own log: updates per second (``ups``, the median
+    over the timed updates) and sequences per update (``bsz``, which fairseq sums over the
+    ranks)."""
     threads = max(1, (os.cpu_count() or 1) // processes)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     cmd = train_command(data, args.out / f"save-{processes}", args, processes)
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    log = log_path(args.out, processes)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         return {"processes": processes, "error": (result.stderr or result.stdout).strip().splitlines()[-1][:200]}
     logs = [
@@ -105,16 +117,18 @@ def run(processes: int, data: Path, args) -> dict:
         for line in (result.stdout + result.stderr).splitlines()
         if "| train_inner | " in line
     ]
-    timed = [float(entry["ups"]) for entry in logs if int(entry["num_updates"]) > args.warmup]
+    timed = [entry for entry in logs if int(entry["num_updates"]) > args.warmup]
     if not timed:
         return {"processes": processes, "error": "no timed updates in fairseq's log"}
-    steps = statistics.median(timed)
+    steps = statistics.median(float(entry["ups"]) for entry in timed)
+    sequences = statistics.median(float(entry["bsz"]) for entry in timed)
     return {
         "processes": processes,
         "threads_each": threads,
         "steps_per_s": steps,
-        "sequences_per_s": steps * processes,
-        "chars_per_s": steps * processes * args.seq_len,
+        "sequences_per_step": sequences,
+        "sequences_per_s": steps * sequences,
+        "chars_per_s": steps * sequences * args.seq_len,
     }
 
 

@@ -45,10 +45,10 @@ def int8_matrices(path: Path) -> int:
 
 
 def top1_agreement(reference: Path, quantized: Path, batches: list[dict], outputs: list[str]) -> dict:
-    """``{output: {"top1": fraction, "max_difference": relative}}`` of ``quantized`` against
-    ``reference`` on ``batches``: the fraction of argmaxes over the last axis that agree
-    (a token's prediction, a class, a span's start or end), and the largest difference
-    relative to the largest reference value."""
+    """``{output: {"top1": fraction, "rows": count, "max_difference": relative}}`` of
+    ``quantized`` against ``reference`` on ``batches``: the fraction of the ``rows``
+    argmaxes over the last axis that agree (a token's prediction, a class, a span's start
+    or end), and the largest difference relative to the largest reference value."""
     sessions = [cpu_session(p) for p in (reference, quantized)]
     agree = {name: [0, 0, 0.0] for name in outputs}
     for batch in batches:
@@ -58,7 +58,9 @@ def top1_agreement(reference: Path, quantized: Path, batches: list[dict], output
             agree[name][1] += same.size
             scale = max(1.0, float(np.abs(want).max()))
             agree[name][2] = max(agree[name][2], float(np.abs(want - got).max()) / scale)
-    return {name: {"top1": round(a / n, 4), "max_difference": round(d, 4)} for name, (a, n, d) in agree.items()}
+    return {
+        name: {"top1": round(a / n, 4), "rows": n, "max_difference": round(d, 4)} for name, (a, n, d) in agree.items()
+    }
 
 
 @contextlib.contextmanager

@@ -5,10 +5,12 @@ their initialisation, a RoBERTa-style BPE) and brought in with import-hf; the or
 HF's own PyTorch model, in float32, given the same input_ids, attention_mask and
 global_attention_mask. One exported file per model serves every check: lengths from 1 to
 above 2,000, none of them a multiple of the windows (8 and 16 a side), 0, 1, many and all
-tokens global, a padded batch of 2. The classifier has two layers of different windows
-(one window per layer, as a checkpoint can have them); the other models one layer: an
-export costs about 10 s of torch's tracing a layer, and each export here traces the same
-layer code.
+tokens global, a padded batch of 2. The masked LM has two layers of different windows
+(one window per layer, as a checkpoint can have them), and its logits are every token's:
+at 333 and 2,050 tokens, past both windows, the rows that are not global read each
+layer's own band (one band function with the first layer's window baked in fails there).
+The other models have one layer: an export costs about 10 s of torch's tracing a layer,
+and each export here traces the same layer code.
 """
 
 import json
@@ -53,7 +55,7 @@ def exported(hub_tokenizer, tmp_path_factory):
     tokenizer = hub_tokenizer
     models = {}
     for kind in HEADS:
-        theirs = hf_model(kind, tokenizer, layers=2 if kind == "classification" else 1)
+        theirs = hf_model(kind, tokenizer, layers=2 if kind == "mlm" else 1)
         save_model(theirs, tokenizer, root / kind)
         ok("import-hf", root / kind, "--out", root / f"{kind}_ckpt")
         report = json.loads(ok("export-onnx", root / f"{kind}_ckpt" / "model.pt", "--out", root / f"{kind}.onnx",
@@ -108,12 +110,14 @@ def test_one_file_equals_hf_at_every_length_and_global_pattern(exported, kind):
     session = onnxruntime.InferenceSession(str(path))
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "global_attention_mask"]
     assert [o.name for o in session.get_outputs()] == report["outputs"]
+    largest = 0.0
     for length in LENGTHS:
         for pattern in PATTERNS:
             batch = inputs(theirs.config.vocab_size, length, pattern, seed=length)
             want = hf_outputs(theirs, batch)
             assert_close(session.run(None, batch), want, batch, TOL)
-    assert np.abs(want[0]).max() > 1  # far from a fresh model's near-zero outputs
+            largest = max(largest, float(np.abs(want[0]).max()))
+    assert largest > 0.5  # far from a fresh model's outputs (initialised at std 0.02: under 0.1)
 
 
 def matrix_types(path) -> dict[str, int]:
@@ -159,26 +163,80 @@ def test_float16_export_is_within_1e_2(exported, gentle_qa, tmp_path):
 
 def test_int8_export_stores_int8_weights_and_keeps_hfs_spans(exported, gentle_qa, tmp_path):
     """``--quantize int8`` on gentle_qa's weights: the file holds int8 matrices, is
-    smaller, and its QA spans (the argmax of start and end over each row's real tokens) are
-    HF's float32 model's; the report carries the agreement its self-check measured."""
+    smaller, and its QA spans (the argmax of start and end over each row's real tokens)
+    are HF's float32 model's on 48 rows; the report carries the agreement its self-check
+    measured against the float32 file, over 192 rows an output. Thresholds from a
+    measurement on these weights: the self-check's agreement 0.995 (start) and 0.974 (end),
+    its largest difference 0.02 and 0.23 of the largest logit; the spans' agreement with HF
+    0.92 (88 of 96: these are weights moved at random, whose logits are close)."""
     import onnxruntime
 
     theirs, checkpoint = gentle_qa
     report = json.loads(ok("export-onnx", checkpoint, "--out", tmp_path / "qa8.onnx",
                            "--quantize", "int8", "--json"))  # fmt: skip
     assert report["quantize"] == "int8" and set(report["self_check"]["int8"]) == {"start_logits", "end_logits"}
-    assert all(0.5 <= a["top1"] <= 1 for a in report["self_check"]["int8"].values())
+    for agreement in report["self_check"]["int8"].values():
+        assert agreement["rows"] == 3 * 4 * 16  # lengths x global patterns x rows
+        assert agreement["top1"] >= 0.9 and 0 < agreement["max_difference"] < 0.5, agreement  # int8 is lossy
     assert matrix_types(tmp_path / "qa8.onnx").get("INT8", 0) >= 9  # 9 projections a layer, 1 layer
     assert (tmp_path / "qa8.onnx").stat().st_size < 0.6 * exported["qa"][1].stat().st_size
     session = onnxruntime.InferenceSession(str(tmp_path / "qa8.onnx"))
     spans = []
     for length, pattern in ((9, "one"), (333, "many"), (700, "none")):
-        batch = inputs(theirs.config.vocab_size, length, pattern, seed=length)
-        real = batch["attention_mask"] == 1
-        for got, want in zip(session.run(None, batch), hf_outputs(theirs, batch), strict=True):
-            spans += [np.argmax(np.where(r, g, -np.inf)) == np.argmax(np.where(r, w, -np.inf))
-                      for g, w, r in zip(got, want, real, strict=True)]  # fmt: skip
-    assert np.mean(spans) >= 0.75, spans
+        for seed in range(8):
+            batch = inputs(theirs.config.vocab_size, length, pattern, seed=100 * length + seed)
+            real = batch["attention_mask"] == 1
+            for got, want in zip(session.run(None, batch), hf_outputs(theirs, batch), strict=True):
+                spans += [np.argmax(np.where(r, g, -np.inf)) == np.argmax(np.where(r, w, -np.inf))
+                          for g, w, r in zip(got, want, real, strict=True)]  # fmt: skip
+    assert len(spans) == 96 and np.mean(spans) >= 0.8, np.mean(spans)
+
+
+# A page longer than the QA model's band (8 tokens a side), and questions whose words are
+# the page's own: only a global question reaches the tokens it is about.
+PAGE = (
+    "The committee met on Tuesday to review the budget. Several members asked for more time to read the "
+    "report, and the chair agreed to postpone the vote until next month. Rain fell across the valley for "
+    "three days, and the river rose above its banks near the old mill. Farmers moved their animals to "
+    "higher ground while volunteers filled sandbags. The film was released in the spring and the cast "
+    "toured the country for a year."
+)
+QUESTIONS = ["Who met on Tuesday?", "What did the chair postpone?", "Where did the river rise?",
+             "What did volunteers fill?", "When was the film released?", "Who toured the country?",
+             "What fell across the valley?", "What did members ask for?"]  # fmt: skip
+
+
+def test_eval_qa_scores_the_file_as_the_checkpoint_and_needs_the_question_global(exported, tmp_path, monkeypatch):
+    """``eval-qa`` on the QA file (onnxruntime) against eval-qa on the checkpoint it was
+    exported from (PyTorch, which equals HF's model in tests/conversion/): the same answer
+    to every question. And the answers need the question global: the same command with
+    the file fed no global tokens answers differently, so a file, or an ``eval-qa`` on
+    files, that lost the global question would fail here."""
+    from longformer_fs.serving.spans import OnnxSpanModel
+
+    _, path, _ = exported["qa"]
+    checkpoint = path.parent / "qa_ckpt"
+    answers = [PAGE[PAGE.index(w) :].split()[0].strip(".,") for w in ("committee", "vote", "banks", "sandbags",
+                                                                       "spring", "cast", "Rain", "time")]  # fmt: skip
+    qas = [{"id": f"q{k}", "question": q, "answers": [{"text": a, "answer_start": PAGE.index(a)}]}
+           for k, (q, a) in enumerate(zip(QUESTIONS, answers, strict=True))]  # fmt: skip
+    (tmp_path / "squad.json").write_text(json.dumps({"data": [{"title": "page", "paragraphs": [
+        {"context": PAGE, "qas": qas}]}]}))  # fmt: skip
+    ok("prep", "qa", "--format", "squad", "--valid", tmp_path / "squad.json", "--encoder-json",
+       checkpoint / "encoder.json", "--vocab-bpe", checkpoint / "vocab.bpe", "--dict", checkpoint / "dict.txt",
+       "--out", tmp_path / "data")  # fmt: skip
+
+    def predictions(model, name):
+        ok("eval-qa", model, "--data", tmp_path / "data", "--split", "valid", "--predictions", tmp_path / name)
+        return json.loads((tmp_path / name).read_text())
+
+    from_file, from_checkpoint = predictions(path, "file.json"), predictions(checkpoint / "model.pt", "ckpt.json")
+    assert len(from_file) == len(QUESTIONS) and from_file == from_checkpoint
+    logits = OnnxSpanModel.logits
+    monkeypatch.setattr(OnnxSpanModel, "logits", lambda self, ids, mask, glob: logits(self, ids, mask, 0 * glob))
+    no_global = predictions(path, "no_global.json")
+    changed = sum(no_global[k] != from_file[k] for k in from_file)
+    assert changed >= 4, (from_file, no_global)  # measured: 7 of the 8
 
 
 SERVE = """

@@ -3,15 +3,11 @@ layer's window reaches) equals recomputing the whole text, in float64, under fai
 SequenceGenerator (greedy, seeded sampling, beam search with reordered caches); the hub and
 ``longformer-fs sample`` write with it."""
 
-import re
-import subprocess
-
 import pytest
 import torch
-from helpers import BIN, ROOT, USER_DIR, assert_refused_in_one_line, cli, command, run
+from helpers import argmax_continuation, assert_refused_in_one_line, cli
 
 from longformer_fs import from_pretrained
-from longformer_fs.conventions import byte_symbol
 from longformer_fs.modules.char_lm_decoder import DecoderShape, LongformerDecoder
 
 # (windows per layer, dilations per layer and head, text length): windows smaller and larger
@@ -90,22 +86,6 @@ def test_sequence_generator_decodes_incrementally_as_it_recomputes(tiny_char_lm)
         assert len(ours[0]["tokens"]) == length + 1  # and </s>
 
 
-def argmax_continuation(hub, prompt: str, written: str) -> list[int]:
-    """The most likely byte after each prefix of ``prompt + written`` (past the prompt), by
-    one forward pass over the whole text from ``</s>``, as fairseq's LM task starts a
-    line: no cache, no generator; among the dictionary's byte symbols (text is bytes).
-    Returns them with the bytes ``written`` holds."""
-    dictionary = hub.task.dictionary
-    symbols = {byte_symbol(b) for b in range(256)}
-    not_bytes = torch.tensor([i < dictionary.nspecial or s not in symbols for i, s in enumerate(dictionary.symbols)])
-    ids = hub.encode(prompt + written)[:-1]
-    tokens = torch.cat([torch.tensor([dictionary.eos()]), ids])[None]
-    with torch.no_grad():
-        logits = hub.model(tokens)[0][0].masked_fill(not_bytes, float("-inf"))
-    start = len(prompt.encode())
-    return logits[start : start + len(written.encode())].argmax(-1).tolist(), ids[start:].tolist()
-
-
 def test_sample_writes_the_continuation_and_the_command_prints_it(tiny_char_lm, tmp_path):
     hub = from_pretrained(tiny_char_lm[0])
     greedy = hub.sample("the cat ", max_new=30, greedy=True)
@@ -136,48 +116,3 @@ def test_sample_refuses_an_unreadable_checkpoint_in_one_line(tiny_char_lm, tmp_p
     """A truncated checkpoint, and one whose pickle would run code: one line, nothing run."""
     assert_refused_in_one_line(tmp_path, ["sample", "{checkpoint}", "--prompt", "the ", "--max-new", "5"],
                                tmp_path / "bad", tiny_char_lm[0])  # fmt: skip
-
-
-def test_fairseq_tools_read_and_write_text(tiny_char_lm, char_corpus):
-    """fairseq's own tools on a character LM, with no flag but their usual ones: the task
-    reads a line of text as its UTF-8 bytes and shows bytes as text (tasks/char_lm.py).
-    Oracles: the argmax of the model over the text, and the valid split's bytes, read from
-    its ``.bin`` through the ``0xHH`` symbols of ``dict.txt``."""
-    from fairseq.data import Dictionary, data_utils
-
-    checkpoint, common = tiny_char_lm[0], ["--task", "longformer_char_lm", "--user-dir", USER_DIR, "--cpu"]
-    # fairseq-interactive: the prompt (fairseq strips the line) and its greedy continuation, as text.
-    result = subprocess.run(command([BIN / "fairseq-interactive", char_corpus, "--path", checkpoint, *common,
-                                     "--beam", "1", "--max-len-b", "30"]),  # fmt: skip
-                            input="the cat \n", capture_output=True, text=True, cwd=ROOT, timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("D-0")]
-    text = line.split("\t")[2]
-    assert text.startswith("the cat") and len(text) > len("the cat") and "0x" not in text, line
-    hub = from_pretrained(checkpoint)
-    predicted, written = argmax_continuation(hub, "the cat", text[len("the cat") :])
-    assert predicted == written
-    # fairseq-eval-lm --output-word-probs: block k of 64 bytes, each byte its character.
-    plain = Dictionary.load(str(char_corpus / "dict.txt"))
-    ids = data_utils.load_indexed_dataset(str(char_corpus / "valid"), plain)
-    valid = bytes(int(plain[i], 16) for i in torch.cat([ids[k] for k in range(len(ids))]).tolist()).decode()
-    log = run(BIN / "fairseq-eval-lm", char_corpus, "--path", checkpoint, *common, "--gen-subset", "valid",
-              "--tokens-per-sample", "64", "--max-sentences", "4", "--output-word-probs")  # fmt: skip
-    blocks = re.findall(r"fairseq_cli\.eval_lm(?::| \| )(\d+) (.*\[-?[\d.]+\])$", log, re.MULTILINE)
-    assert len(blocks) == len(valid) // 64 + (len(valid) % 64 > 0), log[-3000:]
-    for number, words in blocks:
-        chars = [word.rsplit(" [", 1)[0] for word in words.split("\t")]
-        assert all(len(c) == 1 for c in chars) and "".join(chars) == valid[int(number) * 64 :][: len(chars)]
-    # fairseq-eval-lm with a context window is eval-bpc's protocol (windows of 64, 16 scored each).
-    log = run(BIN / "fairseq-eval-lm", char_corpus, "--path", checkpoint, *common, "--gen-subset", "valid",
-              "--tokens-per-sample", "64", "--context-window", "48", "--max-sentences", "4")  # fmt: skip
-    fairseq_bits = float(re.search(r"Loss \(base 2\): ([\d.]+)", log)[1])
-    ours = cli("eval-bpc", checkpoint, "--data", char_corpus, "--split", "valid", "--window", "64", "--step", "16")
-    assert ours.returncode == 0 and abs(float(re.search(r"BPC ([\d.]+)", ours.stdout)[1]) - fairseq_bits) <= 1e-4
-    # fairseq-generate: each block's target (T-) and hypothesis (H-, D-) as text.
-    log = run(BIN / "fairseq-generate", char_corpus, "--path", checkpoint, *common, "--gen-subset", "valid",
-              "--tokens-per-sample", "64", "--max-sentences", "8", "--beam", "1", "--max-len-b", "8")  # fmt: skip
-    targets = dict(line[2:].split("\t", 1) for line in log.splitlines() if line.startswith("T-"))
-    assert len(targets) == len(blocks) and all(t == valid[int(k) * 64 :][:64] for k, t in targets.items())
-    hypotheses = [line.split("\t")[2] for line in log.splitlines() if line.startswith("D-")]
-    assert len(hypotheses) == len(blocks) and not any("0x" in h for h in hypotheses)

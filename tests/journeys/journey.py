@@ -27,10 +27,12 @@ class Workspace:
 
     Its ``.venv`` is a view of this checkout's venv (each entry linked) with a fresh
     install stamp, so ``make`` takes the install as done, as it is; its commands import
-    the package from the workspace, as a user's import it from their checkout.
+    the package from the workspace, as a user's import it from their checkout. Its
+    commands start warm (the suite's view, tests/zygote.py) unless ``cold``: then they are
+    this venv's own, each a new interpreter (tests/test_cold_lane.py).
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, cold: bool = False):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -38,12 +40,13 @@ class Workspace:
             (self.root / name).symlink_to(ROOT / name)
         venv = self.root / ".venv"
         venv.mkdir()
-        for entry in helpers.VENV.iterdir():
+        source = ROOT / ".venv" if cold else helpers.VENV
+        for entry in source.iterdir():
             if entry.name != ".installed":
                 (venv / entry.name).symlink_to(entry)
         (venv / ".installed").touch()
         # The venv's editable install points at the user's checkout: here, at this one.
-        path = f"{helpers.VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"
+        path = f"{source / 'bin'}{os.pathsep}{os.environ['PATH']}"
         self.env = dict(os.environ, PATH=path, PWD=str(self.root), PYTHONPATH=str(self.root))
         for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # a make running the tests is not the user's
             self.env.pop(name, None)

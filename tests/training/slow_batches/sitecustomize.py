@@ -1,5 +1,5 @@
 """Imported at start by every Python process of a test that puts this folder on PYTHONPATH
-(tests/training/test_distributed.py), when ``SLOW_BATCHES`` is set: batches take long to
+(tests/test_cold_lane.py), when ``SLOW_BATCHES`` is set: batches take long to
 load, so that fairseq's loader thread is inside a torch call (GIL released) whenever
 training stops, as with a heavy collater or slow disks.
 
