@@ -9,7 +9,8 @@ starts them (``real=True``), each checked by what it wrote, not only its exit st
   shutdown test (the interpreter's end is what it tests);
 - ``fairseq-train`` on our task and architecture without ``--user-dir``: fairseq's own
   refusal (warm, the plugin is already registered and it would train);
-- ``fairseq-hydra-train`` on a recipe, whose ``common.user_dir`` loads the plugin;
+- ``fairseq-hydra-train`` on a recipe, whose ``common.user_dir`` (and its precision
+  callback, ``longformer_fs.precision.FitToDevice``) load the plugin;
 - ``fairseq-interactive``, ``fairseq-eval-lm`` and ``fairseq-generate`` on a character LM;
 - ``longformer-fs prep`` and ``export-hf``.
 
@@ -112,8 +113,8 @@ def test_fairseq_train_without_the_user_dir_refuses_our_task_as_it_does_for_user
 def test_fairseq_hydra_train_runs_a_recipe_phase(char_corpus, tmp_path):
     """Phase 1 of the character-LM recipe as docs/char-lm.md runs it (``fairseq-hydra-train
     --config-dir recipes/char_lm --config-name small_phase1 task.data=...``), at the demo's
-    toy sizes: the recipe's ``common.user_dir`` loads the plugin, and the checkpoint holds
-    the recipe's settings with the overrides."""
+    toy sizes: the recipe loads the plugin, and the checkpoint holds the recipe's settings
+    with the overrides (``common.user_dir`` among them)."""
     toy = ToyPhase.of(1)
     overrides = [*TOY_MODEL, *toy.overrides(3), "common.cpu=true", f"task.data={char_corpus}",
                  f"checkpoint.save_dir={tmp_path}"]  # fmt: skip
