@@ -12,9 +12,12 @@ always was.
 
 Commands keep their meaning: the same entry points, a fresh fork of a process that never
 computed (no thread pool to inherit), logging reset to a new interpreter's before the
-command configures it, the caller's streams and exit status. What a fork of this server
-cannot give is a new interpreter's import order and its shutdown: tests of its shutdown
-(runs that must exit cleanly), and of imports that torch must not be among, start real
+command configures it, the caller's streams and exit status, and a new interpreter's
+start and end (SIGPIPE ignored, numpy's and torch's generators seeded anew, non-daemon
+threads joined at the end, where one still running fails the command; a shim killed takes
+its command with it: tests/test_warm_starts.py). What a fork of this server cannot give
+is a new interpreter's import order and its C++ shutdown: the cold lane
+(tests/test_cold_lane.py), and tests of imports that torch must not be among, start real
 processes (``real=True``).
 
 The plugin's registration depends on what a process imports first, of fairseq and the
@@ -222,6 +225,10 @@ def _child(request: dict, fds: list[int]) -> None:
     status = 1
     try:
         status = _command(request, fds)
+    except BaseException:  # in the set-up or the end, not the command (_run reports its own)
+        import traceback
+
+        traceback.print_exc()
     finally:
         os._exit(status)
 
