@@ -214,6 +214,28 @@ def argmax_continuation(hub, prompt: str, written: str) -> list[int]:
     return logits[start : start + len(written.encode())].argmax(-1).tolist(), ids[start:].tolist()
 
 
+def read_char_split(data: Path, split: str) -> bytes:
+    """A prepared character split's bytes, read through fairseq's own dataset reader and the
+    ``0xHH`` byte symbols of its ``dict.txt``."""
+    from fairseq.data import Dictionary, data_utils
+
+    dictionary = Dictionary.load(str(data / "dict.txt"))
+    dataset = data_utils.load_indexed_dataset(str(data / split), dictionary, "mmap")
+    tokens = np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
+    return bytes(0 if dictionary[int(t)] == "<unk>" else int(dictionary[int(t)], 16) for t in tokens)
+
+
+def fairseq_json_logs(log: str, tags=("train_inner", "valid")) -> list[tuple[str, dict]]:
+    """The ``(tag, entry)`` of each line fairseq logged as ``| TAG | {json}`` (--log-format json)."""
+    entries = []
+    for line in log.splitlines():
+        for tag in tags:
+            marker = f"| {tag} | "
+            if marker in line:
+                entries.append((tag, json.loads(line.split(marker, 1)[1])))
+    return entries
+
+
 def train_char_lm(data, *extra, model=TINY_CHAR_LM) -> subprocess.CompletedProcess:
     """fairseq-train of the ``model`` options on ``data``, logging JSON: its CompletedProcess."""
     cmd = [BIN / "fairseq-train", data, *model, *CHAR_LM_TRAINING, "--batch-size", "8", "--log-format", "json",
@@ -225,13 +247,7 @@ def char_lm_logs(data, *extra) -> list[tuple[str, dict]]:
     """:func:`train_char_lm` that must succeed: its train_inner and valid log entries."""
     result = train_char_lm(data, *extra)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    logs = []
-    for line in (result.stdout + result.stderr).splitlines():
-        for tag in ("train_inner", "valid"):
-            marker = f"| {tag} | "
-            if marker in line:
-                logs.append((tag, json.loads(line.split(marker, 1)[1])))
-    return logs
+    return fairseq_json_logs(result.stdout + result.stderr)
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:

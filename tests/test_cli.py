@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BIN, cli, run
+from helpers import BIN, cli, fairseq_json_logs, run
 
 from longformer_fs.cli import COMMANDS, main
 
@@ -365,7 +365,7 @@ def test_bench_scale_trains_two_ranks_together(tmp_path):
     log = log_path(tmp_path, 2).read_text()
     assert "distributed init (rank 1)" in log and "training on 2 devices" in log, log[-3000:]
     assert "'ddp_backend': 'legacy_ddp'" in log or "'ddp_backend': 'pytorch_ddp'" in log
-    inner = [json.loads(line.split("| train_inner | ", 1)[1]) for line in log.splitlines() if "| train_inner |" in line]
+    inner = [entry for _, entry in fairseq_json_logs(log, ("train_inner",))]
     timed = [entry for entry in inner if int(entry["num_updates"]) > 1]
     assert len(timed) == 2 and all(float(entry["bsz"]) == 2 for entry in inner)  # one sequence a rank
     assert result["steps_per_s"] == pytest.approx(statistics.median(float(e["ups"]) for e in timed))

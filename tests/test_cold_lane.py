@@ -40,21 +40,12 @@ from helpers import (
     command,
     free_port,
     ok,
+    read_char_split,
     run,
 )
 
 from longformer_fs import from_pretrained
 from longformer_fs.commands.demo import TOY_MODEL, ToyPhase
-
-
-def split_text(data, split: str) -> str:
-    """A prepared character split as text, read through fairseq's own dataset reader and the
-    ``0xHH`` byte symbols of its ``dict.txt``."""
-    from fairseq.data import Dictionary, data_utils
-
-    plain = Dictionary.load(str(data / "dict.txt"))
-    ids = data_utils.load_indexed_dataset(str(data / split), plain)
-    return bytes(int(plain[i], 16) for i in torch.cat([ids[k] for k in range(len(ids))]).tolist()).decode()
 
 
 def test_fairseq_tools_read_and_write_text(tiny_char_lm, char_corpus):
@@ -75,7 +66,7 @@ def test_fairseq_tools_read_and_write_text(tiny_char_lm, char_corpus):
     predicted, written = argmax_continuation(hub, "the cat", text[len("the cat") :])
     assert predicted == written
     # fairseq-eval-lm --output-word-probs: block k of 64 bytes, each byte its character.
-    valid = split_text(char_corpus, "valid")
+    valid = read_char_split(char_corpus, "valid").decode()
     log = run(BIN / "fairseq-eval-lm", char_corpus, "--path", checkpoint, *common, "--gen-subset", "valid",
               "--tokens-per-sample", "64", "--max-sentences", "4", "--output-word-probs", real=True)  # fmt: skip
     blocks = re.findall(r"fairseq_cli\.eval_lm(?::| \| )(\d+) (.*\[-?[\d.]+\])$", log, re.MULTILINE)
@@ -140,7 +131,7 @@ def test_prep_writes_the_zips_bytes(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "train/valid/test = 3,000/500/500 bytes" in result.stdout, result.stdout
     for split, part in (("train", text[:3000]), ("valid", text[3000:3500]), ("test", text[3500:])):
-        assert split_text(tmp_path / "text8", split) == part
+        assert read_char_split(tmp_path / "text8", split).decode() == part
 
 
 def test_export_hf_writes_hfs_model(longformer_hub, tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import read_char_split
 
 from data_prep.char_corpus import prepare
 from data_prep.fairseq_dataset import PrepError
@@ -33,17 +34,6 @@ def enwik8_like(n: int) -> bytes:
     return (base * (n // len(base) + 1))[:n]
 
 
-def read_split(out: Path, split: str) -> bytes:
-    """Decode a split through fairseq's own reader and dictionary."""
-    from fairseq.data import Dictionary, data_utils
-
-    dictionary = Dictionary.load(str(out / "dict.txt"))
-    dataset = data_utils.load_indexed_dataset(str(out / split), dictionary, "mmap")
-    tokens = np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
-    symbols = [dictionary[int(t)] for t in tokens]
-    return bytes(0 if s == "<unk>" else int(s, 16) for s in symbols)
-
-
 @pytest.mark.parametrize("name,make", [("text8", text8_like), ("enwik8", enwik8_like)])
 def test_round_trip_splits_in_file_order(tmp_path, name, make):
     data = make(sum(SIZES))
@@ -51,9 +41,9 @@ def test_round_trip_splits_in_file_order(tmp_path, name, make):
     out = tmp_path / "out"
     manifest = prepare(name, out, zip_path, verify=False, split_sizes=SIZES)
     assert manifest["tokens"] == {"train": 3000, "valid": 400, "test": 350}
-    assert read_split(out, "train") == data[:3000]
-    assert read_split(out, "valid") == data[3000:3400]
-    assert read_split(out, "test") == data[3400:]
+    assert read_char_split(out, "train") == data[:3000]
+    assert read_char_split(out, "valid") == data[3000:3400]
+    assert read_char_split(out, "test") == data[3400:]
     assert manifest["vocab_bytes"] == len(set(data[:3000]))
     if name == "enwik8":  # newlines are ordinary tokens, no eos anywhere
         assert "0x0a" in (out / "dict.txt").read_text()
@@ -121,7 +111,7 @@ def test_download_then_prepare(tmp_path, http_server):
     make_zip(root / "enwik8.zip", "enwik8", data)
     out = tmp_path / "out"
     prepare("enwik8", out, download_missing=True, verify=False, split_sizes=SIZES, url=f"{base}/enwik8.zip")
-    assert (out / "enwik8.zip").is_file() and read_split(out, "test") == data[3400:]
+    assert (out / "enwik8.zip").is_file() and read_char_split(out, "test") == data[3400:]
     with pytest.raises(PrepError, match="cannot download"):
         prepare("enwik8", tmp_path / "offline", download_missing=True, url=f"{base}/nothing-here.zip")
 
@@ -138,7 +128,7 @@ def test_a_download_that_is_not_the_official_zip_is_refused(tmp_path, http_serve
     assert sorted(p.name for p in out.iterdir()) == ["text8.zip"]
     (root / "text8.zip").unlink()  # a rerun reads what was fetched
     prepare("text8", out, download_missing=True, verify=False, split_sizes=SIZES, url=f"{base}/text8.zip")
-    assert read_split(out, "train") == text8_like(sum(SIZES))[: SIZES[0]]
+    assert read_char_split(out, "train") == text8_like(sum(SIZES))[: SIZES[0]]
 
 
 def test_cli(tmp_path, capsys):
