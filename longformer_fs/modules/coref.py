@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 DISTANCE_BUCKETS = 10  # 0, 1, 2, 3, 4, 5-7, 8-15, 16-31, 32-63, 64+ (Lee et al.)
 SEGMENT_DISTANCES = 16  # segment distances 0..15, larger ones share the last row
@@ -221,6 +222,26 @@ class CorefHead(nn.Module):
         spans = torch.cat([start, torch.stack(ends, 1), head, width_features], dim=-1)
         return self.dropout(spans.reshape(length * width, -1))
 
+    def fine_scores(self, g: torch.Tensor, antecedents: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """``s_a(i, j) = FFNN([g_i, g_j, g_i * g_j, phi(i, j)])``, ``(k, K)``, for ``g`` ``(k, D)``,
+        ``antecedents`` ``(k, K)`` and ``features`` ``phi`` ``(k, K, 3F)``.
+
+        The first layer is applied to its four inputs apart, which is the same sum: the
+        ``g_i`` and ``g_j`` parts once per span rather than once per pair, and no
+        ``(k, K, 3D + 3F)`` concatenation (with Joshi et al.'s sizes, gigabytes a
+        document). Per pair it costs a third of the multiply-adds.
+        """
+        first, rest = self.fine[0], self.fine[1:]
+        width = g.shape[-1]
+        w_i, w_j, w_pair, w_features = first.weight.split([width, width, width, features.shape[-1]], dim=1)
+        hidden = (
+            F.linear(g, w_i, first.bias)[:, None, :]
+            + F.linear(g, w_j)[antecedents]
+            + F.linear(g[:, None, :] * g[antecedents], w_pair)
+            + F.linear(features, w_features)
+        )
+        return rest(hidden)[..., 0]
+
     def forward(
         self, tokens: torch.Tensor, sentence: torch.Tensor, segment: torch.Tensor, speaker: torch.Tensor
     ) -> CorefOutput:
@@ -251,15 +272,13 @@ class CorefHead(nn.Module):
         mask = earlier.gather(1, antecedents)
 
         # Fine: an FFNN over the pair and its features.
-        g_j = g[antecedents]  # (k, K, D)
-        g_i = g[:, None, :].expand_as(g_j)
         offsets = order[:, None] - antecedents
         segments = (segment[top_starts][:, None] - segment[top_starts][antecedents]).clamp(0, SEGMENT_DISTANCES - 1)
         same = (speaker[top_starts][:, None] == speaker[top_starts][antecedents]).long()
         features = torch.cat(
             [self.distance(bucket_distance(offsets)), self.segment_distance(segments), self.same_speaker(same)], dim=-1
         )
-        fine = self.fine(torch.cat([g_i, g_j, g_i * g_j, self.dropout(features)], dim=-1))[..., 0]
+        fine = self.fine_scores(g, antecedents, self.dropout(features))
         pair = (coarse_top + fine).masked_fill(~mask, float("-inf"))
         scores = torch.cat([pair.new_zeros(k, 1), pair], dim=1)
         return CorefOutput(top_starts, top_ends, top, antecedents, mask, scores)
