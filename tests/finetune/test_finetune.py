@@ -240,9 +240,18 @@ def eval_qa(checkpoint, data, *extra):
     return json.loads(ok("eval-qa", checkpoint, "--data", data, "--json", *extra))
 
 
-def test_qa_long_documents_beat_truncated_windows(work, qa):
+@pytest.fixture(scope="module")
+def qa_scored(work, qa):
+    """eval-qa of the long QA model on its split, run once for the tests that read it: its
+    scores, and the predictions it wrote (``--predictions``), ``{id: answer}``."""
     tmp = work["tmp"]
-    long = eval_qa(tmp / "qa_model" / "checkpoint_best.pt", tmp / "qa", "--predictions", tmp / "predictions.json")
+    scores = eval_qa(tmp / "qa_model" / "checkpoint_best.pt", tmp / "qa", "--predictions", tmp / "predictions.json")
+    return scores, json.loads((tmp / "predictions.json").read_text())
+
+
+def test_qa_long_documents_beat_truncated_windows(work, qa, qa_scored):
+    tmp = work["tmp"]
+    long, predictions = qa_scored
     short = eval_qa(tmp / "qa_short_model" / "checkpoint_best.pt", tmp / "qa_short")
     RESULTS["QA F1 (per question): Longformer, 430 tokens, question global"] = long["questions"]["f1"]
     RESULTS["QA F1 (per question): same model, windows truncated at 128"] = short["questions"]["f1"]
@@ -250,7 +259,6 @@ def test_qa_long_documents_beat_truncated_windows(work, qa):
     assert long["questions"]["f1"] >= 80, qa["qa"][-2000:]
     assert short["questions"]["f1"] <= long["questions"]["f1"] - 25
     # Answers are cut from the page as written ("Zak"), and scored against the alias ("zak").
-    predictions = json.loads((tmp / "predictions.json").read_text())
     entries, pages = qa_entries(60, 4)
     for entry in entries["Data"]:
         prediction = predictions[f"{entry['QuestionId']}--{entry['EntityPages'][0]['Filename']}"]
@@ -259,7 +267,7 @@ def test_qa_long_documents_beat_truncated_windows(work, qa):
     assert right and all(p[0] == "Z" for p in right)
 
 
-def test_the_int8_file_scores_the_miniature_as_the_model_does(work, qa, tmp_path):
+def test_the_int8_file_scores_the_miniature_as_the_model_does(work, qa_scored, tmp_path):
     """export-onnx --quantize int8 of the fine-tuned QA model, scored by eval-qa on the file
     itself (onnxruntime, no PyTorch model): its F1 against the PyTorch model's on the same
     split, and the share of questions answered alike: int8's accuracy cost where we have a
@@ -269,24 +277,23 @@ def test_the_int8_file_scores_the_miniature_as_the_model_does(work, qa, tmp_path
     tmp = work["tmp"]
     checkpoint = tmp / "qa_model" / "checkpoint_best.pt"
     ok("export-onnx", checkpoint, "--out", tmp_path / "qa8.onnx", "--quantize", "int8")
-    model = eval_qa(checkpoint, tmp / "qa", "--predictions", tmp_path / "model.json")
+    model, answers = qa_scored
     int8 = eval_qa(tmp_path / "qa8.onnx", tmp / "qa", "--predictions", tmp_path / "int8.json")
     RESULTS["QA F1 (per question): the same model's int8 ONNX file, eval-qa on it"] = int8["questions"]["f1"]
-    answers, answers8 = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("model", "int8"))
+    answers8 = json.loads((tmp_path / "int8.json").read_text())
     assert answers.keys() == answers8.keys()
     alike = sum(answers[k] == answers8[k] for k in answers) / len(answers)
     assert alike >= 0.9 and int8["questions"]["f1"] >= model["questions"]["f1"] - 5, (alike, int8, model)
 
 
-def test_the_hub_answers_as_eval_qa_does(work, qa, tmp_path):
+def test_the_hub_answers_as_eval_qa_does(work, qa_scored):
     """longformer_fs.from_pretrained on fairseq-train's checkpoint (its dictionary and
     tokenizer found through the data it names): hub.answer(question, page) is eval-qa's
     prediction for every example."""
     from longformer_fs import from_pretrained
 
     tmp = work["tmp"]
-    eval_qa(tmp / "qa_model" / "checkpoint_best.pt", tmp / "qa", "--predictions", tmp_path / "predictions.json")
-    predictions = json.loads((tmp_path / "predictions.json").read_text())
+    _, predictions = qa_scored
     hub = from_pretrained(tmp / "qa_model" / "checkpoint_best.pt")
     examples = [json.loads(line) for line in (tmp / "qa" / "valid.examples.jsonl").read_text().splitlines()]
     answers = {e["id"]: hub.answer(e["question"], e["context"]) for e in examples[:20]}
