@@ -18,6 +18,7 @@ with holes, and ``flash`` can take padding as segments.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -68,6 +69,45 @@ def global_token_index(global_mask: torch.Tensor, max_global: int | None = None)
     index = torch.sort(key, dim=1).indices[:, :g]
     valid = torch.arange(g, device=global_mask.device)[None, :] < counts[:, None]
     return index, valid
+
+
+@dataclass(frozen=True)
+class GlobalTokens:
+    """A batch's global tokens, found once for all the layers of a forward pass.
+
+    The layers of one encoder share one global mask, so the encoder finds its tokens once
+    (:meth:`find`) and hands them to each layer: the count per row is read back from the
+    device once a forward, not once a layer, and an exported graph sorts the positions
+    once, with one run-time size for all its layers.
+
+    Attributes:
+        mask: ``(B, T)`` bool, the global tokens, padding removed.
+        index: ``(B, G)`` long, their positions in :func:`global_token_index`'s slots.
+        valid: ``(B, G)`` bool, the slots that hold a global token.
+    """
+
+    mask: torch.Tensor
+    index: torch.Tensor
+    valid: torch.Tensor
+
+    @classmethod
+    def find(
+        cls, mask: torch.Tensor | None, padding: torch.Tensor | None = None, bound: int | None = None
+    ) -> GlobalTokens | None:
+        """The global tokens of ``mask`` ``(B, T)`` bool outside ``padding`` ``(B, T)`` bool,
+        in at most ``bound`` slots a row (None: the batch's largest count).
+
+        Returns None for no mask, and, outside compilation and without a bound, for a
+        mask without a global token (a read-back; a bound avoids it): the layers then
+        skip the global path.
+        """
+        if mask is None:
+            return None
+        if padding is not None:
+            mask = mask & ~padding
+        if bound is None and not torch.compiler.is_compiling() and not bool(mask.any()):
+            return None
+        return cls(mask, *global_token_index(mask, bound))
 
 
 def band_reaches(offset: torch.Tensor, window: int, dilations: tuple[int, ...], causal: bool) -> torch.Tensor:
@@ -167,7 +207,7 @@ class LongformerSelfAttention(nn.Module):
         self,
         x: torch.Tensor,
         key_padding_mask: torch.Tensor | None = None,
-        global_mask: torch.Tensor | None = None,
+        global_mask: torch.Tensor | GlobalTokens | None = None,
         max_global: int | None = None,
     ) -> torch.Tensor:
         """
@@ -176,9 +216,12 @@ class LongformerSelfAttention(nn.Module):
             key_padding_mask: ``(B, T)`` bool, True marks padding, at the ends of a row as
                 fairseq and HF pad (the ``flash`` backend takes no other).
             global_mask: ``(B, T)`` bool, True marks tokens with global attention; the
-                count may differ between rows and may be zero.
+                count may differ between rows and may be zero. Or the tokens already found
+                for this batch (:class:`GlobalTokens`, with this ``key_padding_mask``),
+                which a model shares between its layers.
             max_global: a bound on this call's global tokens per row, in place of the
-                layer's ``max_global`` (a model that knows one from its inputs).
+                layer's ``max_global`` (a model that knows one from its inputs); unused
+                with :class:`GlobalTokens`, which were found under their own bound.
 
         Returns:
             ``(T, B, C)`` in the dtype of ``x``.
@@ -188,12 +231,12 @@ class LongformerSelfAttention(nn.Module):
             raise ValueError(f"x: expected shape (T, B, {self.embed_dim}), got {shape}")
         seq_len, batch, _ = x.shape
         pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device, "padding")
-        glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device, "global token")
-        if glob is not None and pad is not None:
-            glob = glob & ~pad
-        bound = self.max_global if max_global is None else max_global
-        if glob is not None and bound is None and not torch.compiler.is_compiling() and not bool(glob.any()):
-            glob = None  # skip the global path when no token is global (a read-back; bounded calls avoid it)
+        if isinstance(global_mask, GlobalTokens):
+            check_mask(global_mask.mask, "global_mask", batch, seq_len, x.device, "global token")
+            tokens = global_mask
+        else:
+            glob = check_mask(global_mask, "global_mask", batch, seq_len, x.device, "global token")
+            tokens = GlobalTokens.find(glob, pad, self.max_global if max_global is None else max_global)
         dropout_p = self.dropout if self.training else 0.0
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
@@ -201,8 +244,8 @@ class LongformerSelfAttention(nn.Module):
         out, lse = band_attention_with_lse(q, k, v, pad, spec, self.backend)
 
         bias = self.out_proj.bias
-        if glob is not None:
-            out = self._add_global(x, q, k, v, out, lse, glob, pad, dropout_p, bound)
+        if tokens is not None:
+            out = self._add_global(x, q, k, v, out, lse, tokens, pad, dropout_p)
         elif self.training and torch.is_grad_enabled():
             bias = bias + self._touch_global_projections(x)  # on the (C,) bias: free
         if pad is not None:
@@ -221,7 +264,7 @@ class LongformerSelfAttention(nn.Module):
         touched = [proj(x[:0]).sum() for proj in self.global_projections() if proj.weight.requires_grad]
         return sum(touched, x.new_zeros((), dtype=self.out_proj.bias.dtype))
 
-    def _add_global(self, x, q, k, v, out, lse, glob, pad, dropout_p, bound):
+    def _add_global(self, x, q, k, v, out, lse, tokens: GlobalTokens, pad, dropout_p):
         """Merge the global-key columns into local rows, then overwrite global rows.
 
         The band itself holds every unpadded key in reach, global ones too (through the
@@ -229,7 +272,7 @@ class LongformerSelfAttention(nn.Module):
         keys its band does not reach. The band's mask is then the padding alone, which
         every backend takes at full speed.
         """
-        index, valid = global_token_index(glob, bound)
+        index, valid = tokens.index, tokens.valid
         batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]
         pos = torch.arange(x.shape[0], device=x.device)
 
@@ -252,7 +295,7 @@ class LongformerSelfAttention(nn.Module):
         x_rows = x.transpose(0, 1)[batch_idx, index].transpose(0, 1)  # (G, B, C)
         q_rows = self._heads(self.q_proj_global(x_rows))
         k_all, v_all = self._heads(self.k_proj_global(x)), self._heads(self.v_proj_global(x))
-        allowed = torch.ones_like(glob) if pad is None else ~pad
+        allowed = torch.ones_like(tokens.mask) if pad is None else ~pad
         allowed = allowed[:, None, None, :]  # (B, 1, 1, T)
         if self.causal:
             allowed = allowed & (pos[None, None, None, :] <= index[:, None, :, None])

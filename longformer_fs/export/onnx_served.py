@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..attention import GlobalTokens
 from ..heads import QA_HEAD, Head
 
 INPUTS = ("input_ids", "attention_mask", "global_attention_mask")
@@ -39,8 +40,9 @@ def encoder_features(encoder, input_ids, attention_mask, global_attention_mask) 
     configured = encoder.global_mask(tokens)
     if configured is not None:
         glob = glob | configured
+    found = GlobalTokens.find(glob, pad)
     for attention in encoder.attention_modules():
-        attention.set_global_mask(glob & ~pad)
+        attention.set_global_tokens(found)
     x, _ = encoder.forward_embedding(tokens)
     x = x.masked_fill(pad.unsqueeze(-1), 0.0).transpose(0, 1)
     for layer in encoder.layers:

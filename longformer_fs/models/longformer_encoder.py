@@ -25,7 +25,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import safe_getattr
 
-from ..attention import LongformerSelfAttention
+from ..attention import GlobalTokens, LongformerSelfAttention
 from ..modules.compiled import allow_graphs, compiled_in_training
 from ..modules.per_layer import layer_values
 from .checkpoints import copy_global_projections
@@ -38,16 +38,15 @@ class FairseqLongformerAttention(LongformerSelfAttention):
 
     Its parameters carry MultiheadAttention's names (``q_proj`` ... ``out_proj``), plus
     ``*_proj_global``. The tokens with global attention are set per batch by
-    :class:`LongformerTransformerEncoder` through :meth:`set_global_mask`.
+    :class:`LongformerTransformerEncoder` through :meth:`set_global_tokens`.
     """
 
-    global_mask: torch.Tensor | None = None
-    global_bound: int | None = None
+    global_tokens: GlobalTokens | None = None
 
-    def set_global_mask(self, mask: torch.Tensor | None, bound: int | None = None) -> None:
-        """``(B, T)`` bool for the coming forward (kept for activation recomputation), and a
-        bound on its global tokens per row when the encoder knows one."""
-        self.global_mask, self.global_bound = mask, bound
+    def set_global_tokens(self, tokens: GlobalTokens | None) -> None:
+        """The batch's global tokens for the coming forward, found once for every layer
+        (kept for activation recomputation)."""
+        self.global_tokens = tokens
 
     def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None, **unused):
         """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
@@ -55,7 +54,7 @@ class FairseqLongformerAttention(LongformerSelfAttention):
             raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
         if key is not None and key is not query:
             raise ValueError("key: Longformer attention is self-attention only")
-        return super().forward(query, key_padding_mask, self.global_mask, self.global_bound), None
+        return super().forward(query, key_padding_mask, self.global_tokens), None
 
 
 class LongformerEncoderLayer(TransformerEncoderLayerBase):
@@ -229,8 +228,9 @@ class LongformerTransformerEncoder(TransformerEncoder):
                 )
             from_batch = from_batch.to(device=src_tokens.device, dtype=torch.bool)
             mask = from_batch if mask is None else mask | from_batch
+        tokens = GlobalTokens.find(mask, src_tokens.eq(self.padding_idx), bound)
         for attention in self.attention_modules():
-            attention.set_global_mask(mask, bound)
+            attention.set_global_tokens(tokens)
         return self._encode(src_tokens, return_all_hiddens, token_embeddings)
 
     def _encode(self, src_tokens, return_all_hiddens: bool, token_embeddings) -> dict:
