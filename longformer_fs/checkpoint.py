@@ -15,6 +15,7 @@ directory holds only that; :meth:`Checkpoint.task_data`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import enum
 import json
@@ -65,15 +66,31 @@ class Checkpoint:
     state: dict
 
     @classmethod
-    def read(cls, path: Path) -> Checkpoint:
+    def read(cls, path: Path, upgrade: bool = True) -> Checkpoint:
         """Read ``path`` (a ``.pt`` file); any fairseq checkpoint loads (:meth:`load`), and
         :attr:`kind` says whether it is one of ours.
+
+        ``upgrade=False`` is the light read: the settings as stored, by torch alone, without
+        importing fairseq (``make``'s recipes ask only what the model is). Its kind, name,
+        settings and head are known; it does not :meth:`load`.
 
         Raises:
             FileNotFoundError: no such file.
             CheckpointError: not a readable fairseq checkpoint.
         """
-        return cls(Path(path), read_checkpoint(Path(path)))
+        return cls(Path(path), read_checkpoint(Path(path), upgrade=upgrade))
+
+    @classmethod
+    def in_memory(cls, model, settings: argparse.Namespace | None = None) -> Checkpoint:
+        """A fairseq model in memory as the checkpoint a save would write of it: its
+        settings (``settings``, by default ``model.args``) and weights, at no path (the
+        benchmarks export models they build). It does not :meth:`load`."""
+        from fairseq.models import MODEL_REGISTRY
+
+        args = argparse.Namespace(**vars(settings if settings is not None else model.args))
+        if not model_name(args):  # built from settings alone: named by its registered class
+            args.arch = next(name for name, cls in MODEL_REGISTRY.items() if cls is type(model))
+        return cls(Path(f"<{type(model).__name__} in memory>"), {"args": args, "model": model.state_dict()})
 
     # ------------------------------------------------------------ what it is
 

@@ -11,8 +11,10 @@
   ``--force``. The record ``OUT/COMMAND.json`` (the command's report, with the source
   files' names and sizes) is what tells an earlier output apart.
 
-``export-onnx`` writes one file, through :func:`guarded_file`: the same promise for a file
-``--out`` (written beside it, moved in whole; an existing file needs ``--force``).
+``export-onnx`` writes a directory for an LED (three files, the same way), and one file for
+an encoder, through :func:`guarded_file`: the same promise for a file ``--out`` (written
+beside it, moved in whole; an existing file needs ``--force``, unless the command reads in
+it its own record from the same source files: ``rerun``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Iterator
 # The commands that write through guarded_output (their records are OUT/COMMAND.json), and
 # what their output is called in messages.
 WRITERS = {"import-hf": "an import", "convert-roberta": "a conversion", "convert-bart": "a conversion",
-           "export-hf": "an export"}  # fmt: skip
+           "export-hf": "an export", "export-onnx": "an export"}  # fmt: skip
 
 
 def source_files(*paths: Path) -> dict:
@@ -108,17 +110,22 @@ def staged_output(out_dir: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def guarded_file(out: Path, force: bool = False) -> Iterator[Path]:
+def guarded_file(out: Path, force: bool = False, rerun: bool = False) -> Iterator[Path]:
     """A path to write the file ``out`` at, beside it; moved to ``out`` on leaving
     without an error, removed on an error (with the folders made for it).
 
+    Args:
+        rerun: ``out`` is this command's own output from the same source files, as its
+            record inside the file says (the format's to read): it is refreshed.
+
     Raises:
-        FileExistsError: ``out`` exists and ``force`` is not set, or is a directory.
+        FileExistsError: ``out`` exists and neither ``force`` nor ``rerun`` is set, or is
+            a directory.
     """
     out = Path(out)
     if out.is_dir():
         raise FileExistsError(f"--out: {out} is a directory; give the file to write")
-    if out.exists() and not force:
+    if out.exists() and not (force or rerun):
         raise FileExistsError(f"--out: {out} already exists; choose another file or pass --force to replace it")
     with _parents_made_for(out):
         descriptor, staged = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")

@@ -225,17 +225,21 @@ def model_overrides(model: Path) -> list[str]:
         RecipeError: not a ``longformer_roberta`` checkpoint.
         CheckpointError: not a readable fairseq checkpoint.
     """
-    from .checkpoint import Kind
-    from .checkpoint_files import config_get, model_config, model_name, read_checkpoint
+    from .checkpoint import Checkpoint, Kind, NotOursError
+    from .checkpoint_files import config_get
 
-    cfg = model_config(read_checkpoint(model, upgrade=False))  # as stored: make need not import fairseq
-    name = str(model_name(cfg))
-    if not name.startswith(Kind.ENCODER.value):
+    ours = Checkpoint.read(model, upgrade=False)  # the light read: make need not import fairseq
+    try:
+        kind = ours.kind
+    except NotOursError:
+        kind = None
+    if kind is not Kind.ENCODER:
         raise RecipeError(
-            f"MODEL={model} is a {name!r} checkpoint; the fine-tuning recipes take a longformer_roberta one "
+            f"MODEL={model} is a {ours.name!r} checkpoint; the fine-tuning recipes take a longformer_roberta one "
             "(from longformer-fs convert-roberta, import-hf or an MLM run)"
         )
-    overrides = [f"model._name={name}"]
+    cfg = ours.model_cfg
+    overrides = [f"model._name={ours.name}"]
     for key in MODEL_SETTINGS:
         value = config_get(cfg, key)
         if value is not None:

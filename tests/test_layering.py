@@ -179,20 +179,39 @@ def test_the_two_directions_meet_only_in_the_checkpoint_and_the_output_step(edge
     assert {name: found for name, found in reaching.items() if found} == {"onnx_led.py": [".summarization"]}
 
 
-def test_conversion_modules_import_one_another_without_a_cycle():
-    """Inside conversion/ too, module by module, imports inside functions included: a
-    conversion from an HF directory to model.pt visits each module once (roberta ->
-    readers -> read_hf -> hf_directory, hf_tokenizer -> released)."""
-    package = ROOT / "longformer_fs" / "conversion"
-    modules = {module_name(path)[0]: path for path in package.glob("*.py") if path.name != "__init__.py"}
+def import_order(package: str) -> tuple[dict[str, set[str]], list[str]]:
+    """The modules of ``longformer_fs.<package>`` with the ones among them each imports
+    (imports inside functions included), and the modules in an order where each comes
+    after everything it imports; an import cycle fails."""
+    root = ROOT / "longformer_fs" / package
+    modules = {module_name(path)[0]: path for path in root.glob("*.py") if path.name != "__init__.py"}
     inner = {name: {t for t in imports_of(path) if t in modules and t != name} for name, path in modules.items()}
-    conv = "longformer_fs.conversion."
-    assert {conv + "hf_directory", conv + "hf_tokenizer", conv + "released"} <= inner[conv + "read_hf"]
-    assert conv + "readers" in inner[conv + "roberta"]
     order, done = [], set()
     while len(done) < len(inner):  # peel off the modules whose imports are all peeled off
         ready = sorted(name for name, targets in inner.items() if name not in done and targets <= done)
         assert ready, f"import cycle among {sorted(set(inner) - done)}"
         order += ready
         done |= set(ready)
+    return inner, order
+
+
+def test_conversion_modules_import_one_another_without_a_cycle():
+    """Inside conversion/ too, module by module, imports inside functions included: a
+    conversion from an HF directory to model.pt visits each module once (roberta ->
+    readers -> read_hf -> hf_directory, hf_tokenizer -> released)."""
+    inner, order = import_order("conversion")
+    conv = "longformer_fs.conversion."
+    assert {conv + "hf_directory", conv + "hf_tokenizer", conv + "released"} <= inner[conv + "read_hf"]
+    assert conv + "readers" in inner[conv + "roberta"]
     assert order.index(conv + "released") < order.index(conv + "readers") < order.index(conv + "roberta")
+
+
+def test_export_modules_import_one_another_without_a_cycle():
+    """Inside export/, the same: the ONNX steps both plans share (tracing, quantizing) sit
+    below the encoder's plan (onnx) and the LED's (onnx_led), and the encoder's command
+    hands an LED to the LED's plan, never the other way round."""
+    inner, order = import_order("export")
+    ex = "longformer_fs.export."
+    assert ex + "onnx_trace" in inner[ex + "onnx"] & inner[ex + "onnx_led"]
+    assert ex + "onnx_quantize" in inner[ex + "onnx"] & inner[ex + "onnx_led"]
+    assert order.index(ex + "onnx_trace") < order.index(ex + "onnx_led") < order.index(ex + "onnx")

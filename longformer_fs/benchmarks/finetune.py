@@ -29,6 +29,7 @@ import torch
 from fairseq.data import Dictionary
 from tqdm import tqdm
 
+from ..checkpoint import Checkpoint
 from ..conventions import BOS, EOS, PAD
 from ..export.hf import export_longformer
 from ..heads import QA_HEAD
@@ -99,7 +100,7 @@ def step_measurement(
     ours = build_ours(window, layers, seq_len, dropout, attention_dropout, checkpoint_activations, global_tokens,
                       compile_layers)  # fmt: skip
     if kind == "hf":
-        model, _ = export_longformer(ours.args, {"model": ours.state_dict()})
+        model, _ = export_longformer(Checkpoint.in_memory(ours))
         del ours
         model = model.to(device).train()
         if checkpoint_activations:

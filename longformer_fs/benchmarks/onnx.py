@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..checkpoint import Checkpoint
 from ..export.hf import export_longformer
 from ..export.onnx import DEFAULT_OPSET, trace
 from ..export.onnx_quantize import quantize_file
@@ -90,7 +91,7 @@ def forward_measurement(kind: str, path: str, length: int, window: int, layers: 
         served = _model(window, layers, max_length)
         tensors = {name: torch.from_numpy(value) for name, value in batch.items()}
         if kind == "hf":
-            model, _ = export_longformer(served.model.args, {"model": served.model.state_dict()})
+            model, _ = export_longformer(Checkpoint.in_memory(served.model))
             model = model.eval()
             del served
 
@@ -215,8 +216,7 @@ def summary_measurement(kind: str, directory: str, source_len: int, new_tokens: 
         else:
             from ..export.hf_led import export_led
 
-            args = build_args("led", max_source, 1024, window, layers, width)
-            hf, _ = export_led(args, {"model": model.state_dict()})
+            hf, _ = export_led(Checkpoint.in_memory(model, build_args("led", max_source, 1024, window, layers, width)))
             hf = hf.eval()
             del model
             glob = torch.zeros_like(source)

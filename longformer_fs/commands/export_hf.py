@@ -1,4 +1,4 @@
-"""``longformer-fs export-hf``: a longformer_roberta checkpoint for HF transformers."""
+"""``longformer-fs export-hf``: a ``longformer_roberta`` or ``led`` checkpoint for HF transformers."""
 
 from __future__ import annotations
 

@@ -117,14 +117,13 @@ def hf_config(args, state: dict, windows: list[int], **settings):
     )
 
 
-def export_longformer(args, state: dict):
-    """``longformer_roberta`` (its settings and a state holding its ``model`` weights: a
-    checkpoint's, or a model's in memory) as the HF Longformer class of its head
-    (:meth:`Head.of <longformer_fs.heads.Head.of>`): the model and a report."""
-    weights = state["model"]
+def export_longformer(checkpoint: Checkpoint):
+    """A ``longformer_roberta`` checkpoint (read, or :meth:`~.Checkpoint.in_memory`) as the
+    HF Longformer class of its head: the model and a report."""
+    args, weights = checkpoint.model_cfg, checkpoint.state["model"]
     layers = layout.encoder_layers(weights)
     windows = check_exportable(args, layers)
-    cls, head, settings = task_head(args, Head.of(weights), weights)
+    cls, head, settings = task_head(args, checkpoint.head, weights)
     model = cls(hf_config(args, weights, windows, **settings))
     missing, unexpected = model.load_state_dict(hf_state_dict(weights, layers, head), strict=False)
     if unexpected or [k for k in missing if not k.endswith("position_ids")]:
@@ -158,7 +157,7 @@ def _tokenizer_ids(model, dictionary: Path | None) -> list[str]:
 
 
 COMMAND = "export-hf"
-# What each kind of checkpoint leaves as: exporter(model settings, state) -> (HF model, report).
+# What each kind of checkpoint leaves as: exporter(Checkpoint) -> (HF model, report).
 EXPORTERS = {Kind.ENCODER: export_longformer, Kind.LED: export_led}
 
 
@@ -176,7 +175,7 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
         exporter = EXPORTERS.get(ours.kind)
         if exporter is None:
             raise ExportError(f"checkpoint: {checkpoint} is a character LM; HF transformers has no such model")
-        model, report = exporter(ours.model_cfg, ours.state)
+        model, report = exporter(ours)
     except ValueError as err:
         raise ExportError(str(err)) from None
     if tokenizer is not None and dictionary is None:

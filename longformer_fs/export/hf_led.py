@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import LEDConfig, LEDForConditionalGeneration
 
+from ..checkpoint import Checkpoint
 from ..checkpoint_files import config_get
 from ..conventions import BOS, EOS, PAD
 from ..conversion import hf_layout
@@ -71,9 +72,10 @@ def led_config(args, state: dict, windows: list[int], decoder_layers: int) -> LE
     )
 
 
-def export_led(args, state: dict):
-    """The HF model and a report, or a ValueError for what HF's LED cannot run."""
-    weights = state["model"]
+def export_led(checkpoint: Checkpoint):
+    """An ``led`` checkpoint (read, or :meth:`~.Checkpoint.in_memory`) as HF's LED: the
+    model and a report, or a ValueError for what HF's LED cannot run."""
+    args, weights = checkpoint.model_cfg, checkpoint.state["model"]
     encoder, decoder = layout.encoder_layers(weights), layout.decoder_layers(weights)
     if config_get(args, "encoder_normalize_before", False) or config_get(args, "decoder_normalize_before", False):
         raise ValueError("checkpoint: pre-layernorm layers differ from HF LED's (BART's) layers; export refused")

@@ -12,11 +12,9 @@ disagrees never lands. An ``led`` checkpoint goes to :mod:`.onnx_led` (three fil
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import logging
+import json
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,17 +23,17 @@ import torch
 
 from ..checkpoint import Checkpoint, Kind
 from ..heads import HEADS, Head
-from ..output import guarded_file
+from ..output import guarded_file, source_files
 from ..serving.sessions import cpu_session
+from .onnx_led import export_led_onnx
 from .onnx_quantize import QUANTIZATIONS, float_copy, quantize_file, top1_agreement
 from .onnx_served import INPUTS, ServedModel
-from .onnx_translations import TRANSLATIONS
+from .onnx_trace import DEFAULT_OPSET, export_graph
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 # How far onnxruntime may be from the float32 PyTorch model, relative to the largest
 # output (float16 rounds each of the model's steps to 3 significant digits).
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
-DEFAULT_OPSET = 18
 
 
 class OnnxExportError(ValueError):
@@ -118,21 +116,22 @@ def export_onnx(
     if quantize and dtype != "float32":
         raise OnnxExportError(f"--quantize {quantize}: quantizes float32 weights; leave --dtype at float32")
     ours = Checkpoint.read(checkpoint)
+    sources = source_files(ours.path)
     if ours.kind is Kind.LED:
-        from .onnx_led import export_led_onnx
-
         if dtype != "float32":
             raise OnnxExportError(f"--dtype {dtype}: an LED exports in float32 only")
         try:
             return export_led_onnx(ours, Path(out), opset, force, tokenizer, quantize)
         except ValueError as err:
             raise OnnxExportError(str(err)) from None
-    with guarded_file(out, force) as staged:
+    with guarded_file(out, force, rerun=Path(out).is_file() and recorded_sources(Path(out)) == sources) as staged:
         start = time.perf_counter()
         exported = load_served(ours)
         # The float32 model is the self-check's reference; a float16 export traces a copy.
         served = exported.served if dtype == "float32" else copy.deepcopy(exported.served).to(DTYPES[dtype])
-        trace(served, exported.max_length, opset).save(str(staged))
+        program = trace(served, exported.max_length, opset)
+        program.model.metadata_props[RECORD] = json.dumps(sources)
+        program.save(str(staged))
         seconds = time.perf_counter() - start
         check = self_check(staged, exported.served, exported.max_length, exported.window, TOLERANCE[dtype])
         if quantize:
@@ -145,6 +144,7 @@ def export_onnx(
     return {
         "checkpoint": str(checkpoint),
         "output": str(out),
+        "source_files": sources,
         "head": str(exported.head),
         "inputs": list(INPUTS),
         "outputs": list(exported.head.spec.onnx_outputs),
@@ -158,41 +158,32 @@ def export_onnx(
     }
 
 
+# The file's record of what it was exported from (its metadata), which lets a rerun from
+# the same checkpoint refresh it (output.guarded_file's ``rerun``).
+RECORD = "longformer_fs.export-onnx"
+
+
+def recorded_sources(path: Path) -> dict | None:
+    """The source files (:func:`~longformer_fs.output.source_files`) that the ONNX file
+    ``path`` records it was exported from, or None: another file, or not ONNX."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        value = next((entry.value for entry in model.metadata_props if entry.key == RECORD), None)
+        return None if value is None else json.loads(value)
+    except Exception:  # protobuf's decode errors and any other unreadable file: not our record
+        return None
+
+
 def trace(served: ServedModel, max_length: int, opset: int = DEFAULT_OPSET):
     """The ONNX program of ``served`` with a dynamic batch and a length from 1 to ``max_length``."""
     batch = torch.export.Dim("batch", min=1, max=4096)
     length = torch.export.Dim("length", min=1, max=max_length)
     example = example_inputs(served, batch=2, length=min(max_length, 50), pattern="some", padded=True)
-    with quiet_exporter():
-        return torch.onnx.export(
-            served,
-            tuple(torch.from_numpy(example[name]) for name in INPUTS),
-            input_names=list(INPUTS),
-            output_names=list(served.head.spec.onnx_outputs),
-            dynamic_shapes={name: {0: batch, 1: length} for name in INPUTS},
-            custom_translation_table=TRANSLATIONS,
-            opset_version=opset,
-            dynamo=True,
-            verbose=False,
-        )
-
-
-@contextlib.contextmanager
-def quiet_exporter():
-    """torch's exporter warns of what does not concern a user here (torchvision's ops it
-    skips, axis names it merges, the per-batch global masks the layers hold): the command's
-    output stays its own."""
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
-    levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            for logger, level in zip(loggers, levels, strict=True):
-                logger.setLevel(level)
+    return export_graph(served, tuple(torch.from_numpy(example[name]) for name in INPUTS), list(INPUTS),
+                        list(served.head.spec.onnx_outputs), {name: {0: batch, 1: length} for name in INPUTS},
+                        opset)  # fmt: skip
 
 
 # Rows a (length, global pattern) the int8 agreement is measured on: a span's start or a

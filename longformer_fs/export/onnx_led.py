@@ -47,7 +47,7 @@ from ..serving.summarizer import (
 )
 from .onnx_quantize import quantize_file
 from .onnx_served import INPUTS, encoder_features, use_kernel_backend
-from .onnx_translations import TRANSLATIONS
+from .onnx_trace import export_graph
 
 COMMAND = "export-onnx"
 # The self-check's greedy search: long enough to show a drift, short enough to run at once.
@@ -162,14 +162,7 @@ class DecoderGraph(nn.Module):
 
 def _export(graph: nn.Module, args: tuple, input_names: list[str], output_names: list[str], dynamic_shapes, path: Path,
             opset: int) -> None:  # fmt: skip
-    from .onnx import quiet_exporter
-
-    with quiet_exporter():
-        program = torch.onnx.export(
-            graph, args, input_names=input_names, output_names=output_names, dynamic_shapes=dynamic_shapes,
-            custom_translation_table=TRANSLATIONS, opset_version=opset, dynamo=True, verbose=False,
-        )  # fmt: skip
-    program.save(str(path))
+    export_graph(graph, args, input_names, output_names, dynamic_shapes, opset).save(str(path))
 
 
 def trace_led(model: nn.Module, out_dir: Path, max_source: int, opset: int) -> None:

@@ -14,6 +14,7 @@ and each export here traces the same layer code.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -180,6 +181,12 @@ def test_int8_export_stores_int8_weights_and_keeps_hfs_spans(exported, gentle_qa
         assert agreement["top1"] >= 0.9 and 0 < agreement["max_difference"] < 0.5, agreement  # int8 is lossy
     assert matrix_types(tmp_path / "qa8.onnx").get("INT8", 0) >= 9  # 9 projections a layer, 1 layer
     assert (tmp_path / "qa8.onnx").stat().st_size < 0.6 * exported["qa"][1].stat().st_size
+    # Quantized, the file still records the checkpoint it came from (a rerun refreshes it).
+    import onnx
+
+    metadata = {entry.key: entry.value for entry in onnx.load(str(tmp_path / "qa8.onnx")).metadata_props}
+    assert json.loads(metadata["longformer_fs.export-onnx"]) == report["source_files"]
+    assert report["source_files"]["files"] == {"model.pt": checkpoint.stat().st_size}
     session = onnxruntime.InferenceSession(str(tmp_path / "qa8.onnx"))
     spans = []
     for length, pattern in ((9, "one"), (333, "many"), (700, "none")):
@@ -293,6 +300,21 @@ def test_the_longest_input_equals_hf_and_one_more_token_is_an_error(exported):
         session.run(None, longer)
 
 
+def test_a_rerun_from_the_same_checkpoint_refreshes_the_file(exported, tmp_path):
+    """export-onnx into its own earlier file from the same checkpoint writes it anew
+    without --force (the file records where it came from), and the new file serves as
+    the old one did."""
+    theirs, path, _ = exported["classification"]
+    out = tmp_path / "classification.onnx"
+    shutil.copyfile(path, out)
+    ok("export-onnx", path.parent / "classification_ckpt" / "model.pt", "--out", out)
+    assert out.stat().st_mtime_ns > path.stat().st_mtime_ns
+    import onnxruntime
+
+    batch = inputs(theirs.config.vocab_size, 70, "many")
+    assert_close(onnxruntime.InferenceSession(str(out)).run(None, batch), hf_outputs(theirs, batch), batch, TOL)
+
+
 def test_a_self_check_mismatch_fails_with_the_numbers(exported):
     """A file that disagrees with PyTorch is refused: here the PyTorch side is moved after export."""
     from longformer_fs.export.onnx import OnnxExportError, load_served, self_check
@@ -312,6 +334,10 @@ def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported,
     out.write_bytes(b"an earlier file")
     assert "already exists" in fails("export-onnx", checkpoint, "--out", out)
     assert out.read_bytes() == b"an earlier file"
+    # Another checkpoint's export is not this one's to replace either.
+    shutil.copyfile(path, out)
+    assert "--force" in fails("export-onnx", path.parent / "qa_ckpt" / "model.pt", "--out", out)
+    assert out.read_bytes() == path.read_bytes()
 
     assert_refused_in_one_line(tmp_path, ["export-onnx", "{checkpoint}", "--out", str(tmp_path / "new" / "m.onnx")],
                                tmp_path / "bad", checkpoint)  # fmt: skip

@@ -305,6 +305,8 @@ def test_the_searchs_defaults_are_summarizes(exported):
 
 
 def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported, tmp_path):
+    from longformer_fs.output import check_output, source_files
+
     _, checkpoint, out, _, _ = exported
     before = sorted(p.name for p in out.iterdir())
     message = fails("export-onnx", checkpoint, "--out", tmp_path / "half", "--dtype", "float16")
@@ -313,6 +315,10 @@ def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported,
     (tmp_path / "other" / "notes.txt").write_text("mine")
     assert "--force" in fails("export-onnx", checkpoint, "--out", tmp_path / "other")
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == before
+    # Its own directory, from the same checkpoint, is refreshed by a rerun: the guard reads
+    # the record the journey's export left (export-onnx.json; tracing again costs 40 s).
+    check_output(out, "export-onnx", source_files(checkpoint))
+    assert json.loads((out / "export-onnx.json").read_text())["source_files"] == source_files(checkpoint)
     message = fails("export-onnx", checkpoint, "--out", tmp_path / "new", "--tokenizer", tmp_path / "other")
     assert "--tokenizer" in message and not (tmp_path / "new").exists()
     bare = tmp_path / "bare"  # a checkpoint without a tokenizer beside it (convert-bart's, a fine-tuned one)
