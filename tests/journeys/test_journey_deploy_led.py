@@ -34,8 +34,9 @@ DOCUMENTS = [
 ]
 
 
-# Strengths of the competing end tried in turn, from the one that served when written.
-STRENGTHS = (11.0, 10.5, 11.5, 10.0, 12.0, 9.5, 12.5, 9.0, 13.0)
+# Strengths of the competing end: the range searched, and the step of the scan past where
+# every search first ends.
+STRENGTH_RANGE, STRENGTH_STEP = (6.0, 16.0), 0.02
 
 
 def with_competing_end(led_hub, out) -> float:
@@ -45,15 +46,18 @@ def with_competing_end(led_hub, out) -> float:
     search's finishing rules then decide the summary, and the comparisons with fairseq's
     and HF's searches test them. Returns the strength of that row.
 
-    The strength is the first of :data:`STRENGTHS` at which HF's own ``generate``, on
+    The stronger the row, the sooner every search ends; too strong, and all three end at
+    ``min_len`` alike. The band of strengths where HF's own ``generate``, on
     ``DOCUMENTS[0]``, ends all three searches of :data:`SEARCHES` before their limit (HF's
     search ends there without ``</s>`` where fairseq forces one, so only searches that end
-    can be compared) with three summaries, the rules each changing it. The suite's
-    tokenizer is trained anew each run and HF's BPE trainer breaks ties between equal merge
-    counts differently from run to run, so one fixed strength does not serve every run:
-    11.0 gave 6, 5 and 6 tokens in one run, and in another the length penalty no longer
-    changed the summary. (Checked: a length penalty of 1 in place of 2.0, or no n-gram
-    blocking, in :mod:`longformer_fs.serving.beam_search` fails the summary tests.)"""
+    can be compared) with three different summaries is narrow (0.2 wide, measured), and it
+    moves from run to run: the suite's tokenizer is trained anew each run and HF's BPE
+    trainer breaks ties between equal merge counts differently each time (fixed strengths,
+    11.0 then its neighbours, missed it in one run). So the strength is found: by bisection,
+    the weakest at which every search ends, then a scan up from there to the middle of the
+    band where the three summaries differ. (Checked: a length penalty of 1 in place of 2.0,
+    or no n-gram blocking, in :mod:`longformer_fs.serving.beam_search` fails the summary
+    tests.)"""
     from transformers import AutoTokenizer, LEDForConditionalGeneration
 
     from longformer_fs.serving.beam_search import GenerationSettings
@@ -68,16 +72,36 @@ def with_competing_end(led_hub, out) -> float:
                        output_hidden_states=True).decoder_hidden_states[-1][0]  # fmt: skip
     mean = states.mean(0)
     tried = {}
-    for strength in STRENGTHS:
+
+    def summaries(strength: float) -> list[list[int]]:
         with torch.no_grad():
             model.led.shared.weight[model.config.eos_token_id] = strength * mean / mean.norm() ** 2
-        summaries = [hf_beam_search(model, ids[0].tolist(), GenerationSettings(**SEARCH_LENGTHS, **change))
-                     for change in SEARCHES.values()]  # fmt: skip
-        tried[strength] = [len(summary) for summary in summaries]
-        if all(len(x) < SEARCH_LENGTHS["max_len"] for x in summaries) and len({tuple(x) for x in summaries}) == 3:
+        found = [hf_beam_search(model, ids[0].tolist(), GenerationSettings(**SEARCH_LENGTHS, **change))
+                 for change in SEARCHES.values()]  # fmt: skip
+        tried[round(strength, 3)] = [len(summary) for summary in found]
+        return found
+
+    def all_end(found) -> bool:
+        return all(len(summary) < SEARCH_LENGTHS["max_len"] for summary in found)
+
+    def differ(found) -> bool:
+        return all_end(found) and len({tuple(summary) for summary in found}) == len(SEARCHES)
+
+    weak, strong = STRENGTH_RANGE
+    assert not all_end(summaries(weak)) and all_end(summaries(strong)), tried
+    while strong - weak > STRENGTH_STEP:
+        middle = (weak + strong) / 2
+        weak, strong = (weak, middle) if all_end(summaries(middle)) else (middle, strong)
+    band = []
+    for step in range(int(2.0 / STRENGTH_STEP)):
+        strength = strong + step * STRENGTH_STEP
+        if differ(summaries(strength)):
+            band.append(strength)
+        elif band:
             break
-    else:
-        raise AssertionError(f"no strength gives three summaries that end: {tried}")
+    assert band, f"no strength gives three summaries that end and differ: {tried}"
+    strength = band[len(band) // 2]
+    summaries(strength)
     model.save_pretrained(out)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(led_hub / name, out / name)
