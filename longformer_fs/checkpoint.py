@@ -28,7 +28,8 @@ from typing import Iterator
 
 import torch
 
-from .checkpoint_files import (
+from .conventions import MANIFEST, SENTENCEPIECE_MODEL, SOURCE, TARGET
+from .fairseq_format import (
     config_get,
     find_dictionary,
     model_config,
@@ -36,7 +37,6 @@ from .checkpoint_files import (
     read_checkpoint,
     task_dictionary,
 )
-from .conventions import MANIFEST, SENTENCEPIECE_MODEL, SOURCE, TARGET
 from .heads import Head
 from .tokenization import SubwordEncoder, SubwordSpec
 
@@ -146,7 +146,7 @@ class Checkpoint:
 
     def dictionary(self, data: Path | None = None) -> Path:
         """The model's fairseq ``dict.txt``: beside the checkpoint, else in ``data``, else in
-        the data it was trained on (:func:`~.checkpoint_files.find_dictionary`)."""
+        the data it was trained on (:func:`~.fairseq_format.find_dictionary`)."""
         return find_dictionary(self.path, self.state, data)
 
     def tokenizer(self, dictionary: Path | None = None, encoder_json=None, vocab_bpe=None, spm=None) -> SubwordEncoder:

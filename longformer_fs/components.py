@@ -11,7 +11,7 @@ What registering also does, once per process:
 
 - fairseq's commands load these models' checkpoints, whose argparse-style settings pickle
   an ``argparse.Namespace``; it is allowed
-  (:func:`~longformer_fs.checkpoint_files.allow_argparse_checkpoints`);
+  (:func:`~longformer_fs.fairseq_format.allow_argparse_checkpoints`);
 - a fairseq run that stops before the end of an epoch (``--max-update``) may leave its
   batch loader thread inside a torch call when the interpreter exits, which aborts a
   finished run; the loaders are stopped at exit (:func:`~.launch.stop_batch_loaders`), in
@@ -24,7 +24,7 @@ What registering also does, once per process:
 import atexit
 
 from . import criterions, launch, lr_scheduler, models, tasks  # noqa: F401
-from .checkpoint_files import allow_argparse_checkpoints
+from .fairseq_format import allow_argparse_checkpoints
 from .generation_fixes import fix_ngram_blocking
 
 allow_argparse_checkpoints()

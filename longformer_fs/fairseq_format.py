@@ -1,4 +1,5 @@
-"""fairseq checkpoint files of our models: reading them safely, their settings, writing
+"""fairseq's checkpoint file format, whoever wrote the file (our models, and the releases
+:mod:`longformer_fs.conversion.readers` reads): reading one safely, its settings, writing
 one to start training from, and the dictionary that goes with one.
 
 - a checkpoint's model settings, stored as an ``argparse.Namespace`` by pre-Hydra
@@ -14,7 +15,7 @@ one to start training from, and the dictionary that goes with one.
   its task reads.
 
 It knows fairseq's file format, not our models (their weights' layout is
-:mod:`longformer_fs.models.checkpoints`'), so every layer that reads checkpoints uses it.
+:mod:`longformer_fs.models.weight_layout`), so every layer that reads checkpoints uses it.
 """
 
 from __future__ import annotations

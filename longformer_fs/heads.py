@@ -3,8 +3,8 @@ it can go (export-hf, export-onnx). A new task's head is added to :data:`HEADS` 
 every exporter and hub reads it from there (``docs/design.md``, "adding a task").
 
 - :class:`Head`: the head one checkpoint ends in (:meth:`Head.of` reads it from the weights);
-- :data:`HEADS`: each kind of head, with the HF transformers class it leaves as and the
-  outputs an ONNX file of it serves.
+- :class:`HeadKind`: the kinds of head; :data:`HEADS`: each kind's :class:`HeadSpec`, the
+  HF transformers class it leaves as and the outputs an ONNX file of it serves.
 
 Plain Python, below the models: a ``longformer_roberta`` model names its heads' weights
 with these prefixes and names.
@@ -12,6 +12,7 @@ with these prefixes and names.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 # Where a longformer_roberta model keeps its heads' weights: ``classification_heads.NAME.*``
@@ -28,8 +29,22 @@ SPAN_HEAD, TYPE_HEAD = HOTPOTQA_PREFIX + "span", HOTPOTQA_PREFIX + "type"
 PARAGRAPH_HEAD, SENTENCE_HEAD = HOTPOTQA_PREFIX + "paragraph", HOTPOTQA_PREFIX + "sentence"
 
 
+class HeadKind(enum.StrEnum):
+    """Each kind of head, by the name messages, reports and :data:`HEADS` use (a string:
+    ``Head("qa").kind == "qa"``)."""
+
+    MASKED_LM = "masked_lm"
+    CLASSIFICATION = "classification"
+    QA = "qa"
+    TOKEN = "token"
+    HOTPOTQA = "hotpotqa"
+    COREF = "coref"
+    SUMMARIZER = "summarizer"
+    CHAR_LM = "char_lm"
+
+
 @dataclass(frozen=True)
-class HeadKind:
+class HeadSpec:
     """What one kind of head is, and where it can go.
 
     Attributes:
@@ -44,16 +59,16 @@ class HeadKind:
 
 
 HEADS = {
-    "masked_lm": HeadKind("the masked-LM head", "LongformerForMaskedLM", ("logits",)),
-    "classification": HeadKind("a classification head", "LongformerForSequenceClassification", ("logits",)),
-    "qa": HeadKind(
+    HeadKind.MASKED_LM: HeadSpec("the masked-LM head", "LongformerForMaskedLM", ("logits",)),
+    HeadKind.CLASSIFICATION: HeadSpec("a classification head", "LongformerForSequenceClassification", ("logits",)),
+    HeadKind.QA: HeadSpec(
         "the QA span head (longformer_qa)", "LongformerForQuestionAnswering", ("start_logits", "end_logits")
     ),
-    "token": HeadKind("a token head (longformer_wikihop's candidates)", "LongformerForTokenClassification"),
-    "hotpotqa": HeadKind("HotpotQA's heads (longformer_hotpotqa)"),
-    "coref": HeadKind("the coreference span model (longformer_coref)"),
-    "summarizer": HeadKind("LED's decoder", "LEDForConditionalGeneration"),
-    "char_lm": HeadKind("a character LM's output layer"),
+    HeadKind.TOKEN: HeadSpec("a token head (longformer_wikihop's candidates)", "LongformerForTokenClassification"),
+    HeadKind.HOTPOTQA: HeadSpec("HotpotQA's heads (longformer_hotpotqa)"),
+    HeadKind.COREF: HeadSpec("the coreference span model (longformer_coref)"),
+    HeadKind.SUMMARIZER: HeadSpec("LED's decoder", "LEDForConditionalGeneration"),
+    HeadKind.CHAR_LM: HeadSpec("a character LM's output layer"),
 }
 
 
@@ -62,15 +77,21 @@ class Head:
     """The head a checkpoint ends in.
 
     Attributes:
-        kind: a key of :data:`HEADS`.
+        kind: its :class:`HeadKind` (its name, ``"qa"``, is taken too).
         name: its name in the weights (a classification or token head's), or "".
+
+    Raises:
+        ValueError: a kind that is none of :class:`HeadKind`.
     """
 
-    kind: str
+    kind: HeadKind
     name: str = ""
 
+    def __post_init__(self):
+        object.__setattr__(self, "kind", HeadKind(self.kind))
+
     @property
-    def spec(self) -> HeadKind:
+    def spec(self) -> HeadSpec:
         return HEADS[self.kind]
 
     def __str__(self) -> str:

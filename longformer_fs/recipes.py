@@ -226,7 +226,7 @@ def model_overrides(model: Path) -> list[str]:
         CheckpointError: not a readable fairseq checkpoint.
     """
     from .checkpoint import Checkpoint, Kind, NotOursError
-    from .checkpoint_files import config_get
+    from .fairseq_format import config_get
 
     ours = Checkpoint.read(model, upgrade=False)  # the light read: make need not import fairseq
     try:
@@ -266,7 +266,7 @@ def _check_dictionary(model: Path, data_dict: Path, new_tokens: tuple[str, ...])
 
 def best_metrics(checkpoints: list[Path]) -> list[float]:
     """The best validation metric fairseq recorded in each ``checkpoint_best.pt``."""
-    from .checkpoint_files import read_checkpoint
+    from .fairseq_format import read_checkpoint
 
     values = []
     for path in checkpoints:

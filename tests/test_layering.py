@@ -163,15 +163,19 @@ def test_the_plugins_units_import_one_another_without_a_cycle(edges):
     assert not cycles, cycles
 
 
-def test_the_two_directions_meet_only_in_the_checkpoint_and_the_output_step(edges):
-    """Models come in through conversion/ and leave through export/: the way in never needs
-    the way out, every exporter starts from ``Checkpoint`` and writes through ``output``,
-    and neither direction reaches into evaluation/ (loading a model is ``checkpoint``'s), but
-    for the LED export's self-check, which runs fairseq's generation."""
+def test_the_two_directions_meet_only_below_both(edges):
+    """Models come in through conversion/ and leave through export/, side by side: neither
+    imports the other, and what both need sits below both (HF's formats in hf_format/, the
+    output step, ``Checkpoint`` for the way out), importing neither. Every exporter starts
+    from ``Checkpoint`` and writes through ``output``, and neither direction reaches into
+    evaluation/ (loading a model is ``checkpoint``'s), but for the LED export's self-check,
+    which runs fairseq's generation."""
     export, conversion = edges["longformer_fs.export"], edges["longformer_fs.conversion"]
-    assert "longformer_fs.export" not in conversion
-    assert {"longformer_fs.checkpoint", "longformer_fs.heads", "longformer_fs.output"} <= export
-    assert "longformer_fs.output" in conversion
+    assert "longformer_fs.export" not in conversion and "longformer_fs.conversion" not in export
+    assert {"longformer_fs.hf_format", "longformer_fs.output"} <= conversion & export
+    assert {"longformer_fs.checkpoint", "longformer_fs.heads"} <= export
+    below = {"longformer_fs.hf_format", "longformer_fs.output", "longformer_fs.checkpoint"}
+    assert not {unit for unit in below if edges.get(unit, set()) & {"longformer_fs.export", "longformer_fs.conversion"}}
     assert "longformer_fs.evaluation" not in conversion
     # One exception: an LED's export checks its files against fairseq's own generation.
     reaching = {path.name: re.findall(r"from \.\.evaluation(\.\w+)? import", path.read_text())
@@ -198,12 +202,16 @@ def import_order(package: str) -> tuple[dict[str, set[str]], list[str]]:
 def test_conversion_modules_import_one_another_without_a_cycle():
     """Inside conversion/ too, module by module, imports inside functions included: a
     conversion from an HF directory to model.pt visits each module once (roberta ->
-    readers -> read_hf -> hf_directory, hf_tokenizer -> released)."""
+    readers -> read_hf -> hf_directory -> released); and inside hf_format/, reading a
+    tokenizer comes before checking its ids, which comes before writing one."""
     inner, order = import_order("conversion")
     conv = "longformer_fs.conversion."
-    assert {conv + "hf_directory", conv + "hf_tokenizer", conv + "released"} <= inner[conv + "read_hf"]
+    assert {conv + "hf_directory", conv + "released"} <= inner[conv + "read_hf"]
     assert conv + "readers" in inner[conv + "roberta"]
     assert order.index(conv + "released") < order.index(conv + "readers") < order.index(conv + "roberta")
+    _, order = import_order("hf_format")
+    hf = "longformer_fs.hf_format."
+    assert order.index(hf + "tokenizer_files") < order.index(hf + "token_ids") < order.index(hf + "tokenizer_out")
 
 
 def test_export_modules_import_one_another_without_a_cycle():

@@ -166,7 +166,7 @@ def test_loaders_and_registration_read_checkpoints_that_pickle_a_namespace(tmp_p
     ckpt = tmp_path / "old.pt"
     torch.save({"args": argparse.Namespace(arch="roberta_base")}, ckpt)
     load = f"import torch; print(torch.load({str(ckpt)!r})['args'].arch)"
-    allow = "from longformer_fs.checkpoint_files import allow_argparse_checkpoints as a; a(); "
+    allow = "from longformer_fs.fairseq_format import allow_argparse_checkpoints as a; a(); "
     cases = {"import longformer_fs; ": False, "import longformer_fs.models; ": True, allow: True}
     processes = {
         first: subprocess.Popen([fresh_python, "-c", first + load], cwd=ROOT, stdout=subprocess.PIPE,

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..conversion.hf_tokenizer import byte_characters
+from ..hf_format.gpt2_numbering import byte_characters
 
 SIZES = {"base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096)}
 GPT2_MERGES, ROBERTA_ROWS = 50000, 50265

@@ -5,7 +5,7 @@ around it:
 
 - **readers**, one per layout (:mod:`.readers`): a fairseq ``model.pt`` directory, or a
   directory in HF transformers' layout (:mod:`.read_hf`, over :mod:`.hf_directory` and
-  :mod:`.hf_tokenizer`);
+  :mod:`longformer_fs.hf_format`);
 - **transforms**, functions on the type: RoBERTa -> ``longformer_roberta`` (:mod:`.roberta`,
   the paper's §5), BART -> ``led`` (:mod:`.bart`, v2 §7), positions copied further out
   (:meth:`~.released.ReleasedModel.extend_positions`, also ``import-hf``'s, :mod:`.import_hf`);
@@ -13,7 +13,7 @@ around it:
   the output step every command shares (:mod:`longformer_fs.output`: staged, all or
   nothing, and never over another model without ``--force``).
 
-:mod:`.hf_layout` holds the weight-name tables both directions read (``export-hf`` too),
-and :mod:`.hf_tokenizer` the tokenizer files both directions write. Our own layout is the
-model modules' (:mod:`longformer_fs.models`).
+HF's formats, which the way out shares (the weight-name tables, the tokenizer files read
+and written), are :mod:`longformer_fs.hf_format`'s: conversion/ and export/ import nothing
+of each other. Our own layout is the model modules' (:mod:`longformer_fs.models`).
 """

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint_files import config_get, config_set
+from ..fairseq_format import config_get, config_set
 from ..models import led as layout
-from ..models.checkpoints import add_global_projections
+from ..models.weight_layout import add_global_projections
 from ..modules.per_layer import layer_values
 from .readers import read_release
 from .released import NotConvertibleError, ReleasedModel

@@ -3,7 +3,7 @@
 The weights come as ``model.safetensors`` or ``pytorch_model.bin``, or as shards of either
 listed by an index (``model.safetensors.index.json``, ``pytorch_model.bin.index.json``).
 They are read once: the tensors returned are the ones the files hold, not copies. The
-tokenizer files are :mod:`.hf_tokenizer`'s.
+tokenizer files are :mod:`longformer_fs.hf_format.tokenizer_files`'.
 
 Every problem is a :class:`HFDirectoryError` that names the file.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint_files import config_get
+from ..fairseq_format import config_get
 from .read_hf import read_hf_release
 
 COMMAND = "import-hf"

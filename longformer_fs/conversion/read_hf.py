@@ -1,6 +1,6 @@
 """The reader of a released model in HF transformers' layout.
 
-:func:`read_hf_release` reads a hub directory (:mod:`.hf_directory`, :mod:`.hf_tokenizer`)
+:func:`read_hf_release` reads a hub directory (:mod:`.hf_directory`, :mod:`longformer_fs.hf_format.tokenizer_files`)
 of one of the RoBERTa and BART families and lays it out as fairseq would have trained it,
 a :class:`~.released.ReleasedModel`:
 
@@ -30,13 +30,14 @@ import torch
 
 from ..conventions import BOS, EOS, PAD
 from ..heads import QA_HEAD, Head
+from ..hf_format import weight_names
+from ..hf_format.token_ids import check_tokenizer, dictionary_lines
+from ..hf_format.tokenizer_files import ByteLevelBPE, SentencePieceVocab, read_tokenizer
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
-from ..models.checkpoints import reserved_position_rows
+from ..models.weight_layout import reserved_position_rows
 from ..output import source_files
-from . import hf_layout
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights
-from .hf_tokenizer import ByteLevelBPE, SentencePieceVocab, check_tokenizer, dictionary_lines, read_tokenizer
 from .released import NotConvertibleError, ReleasedModel, training_config
 
 ENCODERS = ("longformer", "roberta", "xlm-roberta", "camembert")
@@ -185,13 +186,13 @@ def _encoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE | SentencePiec
         config.expect(key, False, "an encoder-only model is expected", False)
     layers = int(config.require("num_hidden_layers"))
     hidden, heads = int(config.require("hidden_size")), int(config.require("num_attention_heads"))
-    prefix = weights.prefix((WEIGHT_PREFIX.get(kind, f"{kind}."), ""), hf_layout.WORD_EMBEDDINGS)
+    prefix = weights.prefix((WEIGHT_PREFIX.get(kind, f"{kind}."), ""), weight_names.WORD_EMBEDDINGS)
     longformer = kind == "longformer"
 
-    state = weights.map(hf_layout.bert_encoder(layers, prefix, global_projections=longformer))
-    tokens = state[roberta_layout.TOKEN_EMBEDDINGS] = weights.take(prefix + hf_layout.WORD_EMBEDDINGS)
-    positions = weights.take(prefix + hf_layout.POSITION_EMBEDDINGS)
-    types = weights.optional(prefix + hf_layout.TOKEN_TYPE_EMBEDDINGS)
+    state = weights.map(weight_names.bert_encoder(layers, prefix, global_projections=longformer))
+    tokens = state[roberta_layout.TOKEN_EMBEDDINGS] = weights.take(prefix + weight_names.WORD_EMBEDDINGS)
+    positions = weights.take(prefix + weight_names.POSITION_EMBEDDINGS)
+    types = weights.optional(prefix + weight_names.TOKEN_TYPE_EMBEDDINGS)
     notes = []
     if types is not None:  # every token is type 0: its row is a constant added with the positions
         positions = positions + types[0]
@@ -272,8 +273,8 @@ def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens
     was left out."""
     tensors, left_out = weights.tensors, []
     if "lm_head.dense.weight" in tensors:
-        state.update(weights.map(hf_layout.LM_HEAD))
-        decoder = weights.optional(hf_layout.LM_HEAD_DECODER)
+        state.update(weights.map(weight_names.LM_HEAD))
+        decoder = weights.optional(weight_names.LM_HEAD_DECODER)
         weights.optional("lm_head.decoder.bias")  # HF ties it to lm_head.bias
         if decoder is not None and not torch.equal(decoder, tokens):
             settings["untie_weights_roberta"] = True
@@ -288,13 +289,13 @@ def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens
         outputs = tensors["qa_outputs.weight"].shape[0]
         if outputs != 2:
             raise config.unsupported("num_labels", f"a QA head has 2 outputs (start, end), this one {outputs}")
-        for p in hf_layout.PARAMS:
+        for p in weight_names.PARAMS:
             state[f"token_heads.{QA_HEAD}.{p}"] = weights.take(f"qa_outputs.{p}")
         settings["global_attention_from_data"] = True
         head = Head("qa", QA_HEAD)
     elif "classifier.dense.weight" in tensors and "classifier.out_proj.weight" in tensors:
         for module in ("dense", "out_proj"):
-            for p in hf_layout.PARAMS:
+            for p in weight_names.PARAMS:
                 state[f"classification_heads.{CLASSIFICATION_HEAD}.{module}.{p}"] = weights.take(
                     f"classifier.{module}.{p}"
                 )
@@ -305,7 +306,7 @@ def _encoder_head(config, weights: _Weights, state: dict, settings: dict, tokens
         what = (
             "multiple-choice" if "MultipleChoice" in kinds else "token-classification" if "Token" in kinds else "task"
         )
-        for p in hf_layout.PARAMS:
+        for p in weight_names.PARAMS:
             weights.optional(f"classifier.{p}")
         left_out.append(f"the {what} head (classifier): no task here has one")
     pooler = [k for k in tensors if ".pooler." in f".{k}"]
@@ -346,24 +347,24 @@ def _encoder_decoder(directory: HFModelDirectory, tokenizer: ByteLevelBPE | Sent
         config.expect("add_final_layer_norm", False, "BART has no final layer norm", False)
     encoder_layers, decoder_layers = int(config.require("encoder_layers")), int(config.require("decoder_layers"))
     width = int(config.require("d_model"))
-    prefix = weights.prefix(("led.", "model.", ""), hf_layout.SHARED_EMBEDDINGS)
+    prefix = weights.prefix(("led.", "model.", ""), weight_names.SHARED_EMBEDDINGS)
 
-    state = weights.map(hf_layout.encoder_decoder(encoder_layers, decoder_layers, prefix, longformer=led))
-    tokens = weights.take(prefix + hf_layout.SHARED_EMBEDDINGS)
+    state = weights.map(weight_names.encoder_decoder(encoder_layers, decoder_layers, prefix, longformer=led))
+    tokens = weights.take(prefix + weight_names.SHARED_EMBEDDINGS)
     for key in (
         f"{prefix}encoder.embed_tokens.weight",
         f"{prefix}decoder.embed_tokens.weight",
-        hf_layout.LM_HEAD_WEIGHT,
+        weight_names.LM_HEAD_WEIGHT,
     ):
         tied = weights.optional(key)
         if tied is not None and not torch.equal(tied, tokens):
             raise UnsupportedModelError(
                 f"{weights.files}: {key} differs from the shared embeddings; fairseq's BART shares them all"
             )
-    bias = weights.optional(hf_layout.FINAL_LOGITS_BIAS)
+    bias = weights.optional(weight_names.FINAL_LOGITS_BIAS)
     if bias is not None and bool(bias.any()):
         raise UnsupportedModelError(
-            f"{weights.files}: {hf_layout.FINAL_LOGITS_BIAS} is not zero; fairseq's BART has no output bias"
+            f"{weights.files}: {weight_names.FINAL_LOGITS_BIAS} is not zero; fairseq's BART has no output bias"
         )
     for key in (led_layout.TOKEN_EMBEDDINGS, "decoder.embed_tokens.weight", "decoder.output_projection.weight"):
         state[key] = tokens

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint_files import read_checkpoint
 from ..conventions import SENTENCEPIECE_MODEL
+from ..fairseq_format import read_checkpoint
 from ..heads import Head
+from ..hf_format.tokenizer_files import read_sentencepiece
 from ..output import source_files
-from .hf_tokenizer import read_sentencepiece
 from .read_hf import read_hf_release
 from .released import NotConvertibleError, ReleasedModel
 

@@ -16,12 +16,12 @@ from typing import Protocol
 
 import torch
 
-from ..checkpoint_files import config_get, config_set, model_name, save_start_checkpoint
 from ..conventions import PAD
+from ..fairseq_format import config_get, config_set, model_name, save_start_checkpoint
 from ..heads import Head
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
-from ..models.checkpoints import reserved_position_rows
+from ..models.weight_layout import reserved_position_rows
 from ..output import guarded_output
 
 
@@ -31,7 +31,7 @@ class NotConvertibleError(ValueError):
 
 class PrepTokenizer(Protocol):
     """A released model's tokenizer, which goes along as the files ``prep`` reads
-    (:mod:`.hf_tokenizer`'s byte-level BPE and SentencePiece vocabulary)."""
+    (:mod:`longformer_fs.hf_format.tokenizer_files`' byte-level BPE and SentencePiece vocabulary)."""
 
     files: list[Path]
 

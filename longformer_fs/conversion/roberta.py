@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint_files import config_set
 from ..conventions import NUM_SPECIALS
+from ..fairseq_format import config_set
 from ..models import longformer_roberta as layout
-from ..models.checkpoints import add_global_projections
+from ..models.weight_layout import add_global_projections
 from ..modules.per_layer import layer_values
 from .readers import read_release
 from .released import NotConvertibleError, ReleasedModel

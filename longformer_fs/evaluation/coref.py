@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..modules.coref import predict_clusters
-from .checkpoint import batches, listed_split
+from .batches import batches, listed_split
 from .coref_metrics import CorefEvaluator
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checkpoint import batches, listed_split
+from .batches import batches, listed_split
 from .hotpotqa_metrics import hotpotqa_scores
 from .qa_spans import best_span_over_windows
 

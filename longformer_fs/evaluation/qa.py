@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..serving.spans import OnnxSpanModel
-from .checkpoint import batches
+from .batches import batches
 from .qa_metrics import NORMALIZATIONS, qa_scores
 from .qa_spans import SpanPrediction, best_span_over_windows
 

@@ -26,9 +26,11 @@ from transformers import LongformerConfig
 
 from ..checkpoint import Checkpoint, Kind
 from ..conventions import BOS, EOS, PAD
-from ..conversion import hf_layout
-from ..conversion.hf_tokenizer import CAMEMBERT_BOS_EOS, dictionary_layout, write_hf_tokenizer
 from ..heads import CLASSIFICATION_HEADS, TOKEN_HEADS, Head
+from ..hf_format import weight_names
+from ..hf_format.token_ids import dictionary_layout
+from ..hf_format.tokenizer_files import CAMEMBERT_BOS_EOS
+from ..hf_format.tokenizer_out import write_hf_tokenizer
 from ..models import longformer_roberta as layout
 from ..modules.per_layer import layer_values
 from ..output import guarded_output, source_files
@@ -77,8 +79,8 @@ def task_head(args, head: Head, state: dict) -> tuple[type, dict, dict]:
         name = "qa_outputs" if head.kind == "qa" else "classifier"
         weights = {f"{name}.{p}": state[f"{TOKEN_HEADS}{head.name}.{p}"] for p in ("weight", "bias")}
         return cls, weights, {"num_labels": weights[f"{name}.bias"].numel()}
-    weights = {hf: state[fs] for fs, hf in hf_layout.LM_HEAD.items()}
-    weights[hf_layout.LM_HEAD_DECODER] = state[layout.LM_HEAD + "weight"]
+    weights = {hf: state[fs] for fs, hf in weight_names.LM_HEAD.items()}
+    weights[weight_names.LM_HEAD_DECODER] = state[layout.LM_HEAD + "weight"]
     weights["lm_head.decoder.bias"] = state[layout.LM_HEAD + "bias"]
     return cls, weights, {}
 
@@ -86,11 +88,11 @@ def task_head(args, head: Head, state: dict) -> tuple[type, dict, dict]:
 def hf_state_dict(state: dict, layers: int, head: dict) -> dict:
     """fairseq ``longformer_roberta`` weights under HF Longformer names, ``head`` (HF names) added."""
     prefix = "longformer."
-    out = {hf: state[fs] for fs, hf in hf_layout.bert_encoder(layers, prefix, global_projections=True).items()}
-    out[prefix + hf_layout.WORD_EMBEDDINGS] = state[layout.TOKEN_EMBEDDINGS]
-    out[prefix + hf_layout.POSITION_EMBEDDINGS] = state[layout.POSITIONS]
+    out = {hf: state[fs] for fs, hf in weight_names.bert_encoder(layers, prefix, global_projections=True).items()}
+    out[prefix + weight_names.WORD_EMBEDDINGS] = state[layout.TOKEN_EMBEDDINGS]
+    out[prefix + weight_names.POSITION_EMBEDDINGS] = state[layout.POSITIONS]
     # RoBERTa has no token types: one all-zero type embedding adds nothing.
-    out[prefix + hf_layout.TOKEN_TYPE_EMBEDDINGS] = torch.zeros(1, state[layout.TOKEN_EMBEDDINGS].shape[1])
+    out[prefix + weight_names.TOKEN_TYPE_EMBEDDINGS] = torch.zeros(1, state[layout.TOKEN_EMBEDDINGS].shape[1])
     return {k: v.detach().clone().contiguous() for k, v in (out | head).items()}
 
 

@@ -13,11 +13,11 @@ import torch
 from transformers import LEDConfig, LEDForConditionalGeneration
 
 from ..checkpoint import Checkpoint
-from ..checkpoint_files import config_get
 from ..conventions import BOS, EOS, PAD
-from ..conversion import hf_layout
+from ..fairseq_format import config_get
+from ..hf_format import weight_names
 from ..models import led as layout
-from ..models.checkpoints import reserved_position_rows
+from ..models.weight_layout import reserved_position_rows
 from ..modules.per_layer import layer_values
 
 
@@ -32,13 +32,15 @@ def led_state_dict(state: dict, encoder_layers: int, decoder_layers: int) -> dic
     """fairseq ``led`` weights under HF ``LEDForConditionalGeneration`` names."""
     reserved = reserved_position_rows(PAD)
     tokens = state[layout.TOKEN_EMBEDDINGS]
-    out = {hf: state[fs] for fs, hf in hf_layout.encoder_decoder(encoder_layers, decoder_layers, "led.", True).items()}
+    out = {
+        hf: state[fs] for fs, hf in weight_names.encoder_decoder(encoder_layers, decoder_layers, "led.", True).items()
+    }
     out |= {
-        "led." + hf_layout.SHARED_EMBEDDINGS: tokens,
+        "led." + weight_names.SHARED_EMBEDDINGS: tokens,
         "led.encoder.embed_tokens.weight": tokens,
         "led.decoder.embed_tokens.weight": tokens,
-        hf_layout.LM_HEAD_WEIGHT: state.get("decoder.output_projection.weight", tokens),
-        hf_layout.FINAL_LOGITS_BIAS: torch.zeros(1, tokens.shape[0]),
+        weight_names.LM_HEAD_WEIGHT: state.get("decoder.output_projection.weight", tokens),
+        weight_names.FINAL_LOGITS_BIAS: torch.zeros(1, tokens.shape[0]),
         "led.encoder.embed_positions.weight": state[layout.ENCODER_POSITIONS][reserved:],
         "led.decoder.embed_positions.weight": state[layout.DECODER_POSITIONS][reserved:],
     }

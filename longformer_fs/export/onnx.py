@@ -7,7 +7,13 @@ the trace and becomes ONNX operators through :mod:`.onnx_band`; the global token
 size the graph computes at run time. torch's ONNX exporter writes the file. Before the
 file reaches ``--out`` it is run by onnxruntime against the PyTorch model on random
 inputs of several lengths, global patterns and padding (:func:`self_check`): a file that
-disagrees never lands. An ``led`` checkpoint goes to :mod:`.onnx_led` (three files).
+disagrees never lands.
+
+One pipeline for every kind (:func:`export_onnx`): a plan per kind of checkpoint
+(:data:`PLANS`) stages the output, loads the model, writes, checks itself against the
+model and quantizes, through the steps both plans share (:mod:`.onnx_trace`,
+:mod:`.onnx_quantize`, :mod:`longformer_fs.output`); the report is the pipeline's.
+:class:`EncoderPlan` is the one graph above, :class:`~.onnx_led.LedPlan` an LED's three.
 """
 
 from __future__ import annotations
@@ -25,9 +31,9 @@ from ..checkpoint import Checkpoint, Kind
 from ..heads import HEADS, Head
 from ..output import guarded_file, source_files
 from ..serving.sessions import cpu_session
-from .onnx_led import export_led_onnx
+from .onnx_led import LedPlan
 from .onnx_quantize import QUANTIZATIONS, float_copy, quantize_file, top1_agreement
-from .onnx_served import INPUTS, ServedModel
+from .onnx_served import INPUTS, ServedModel, refuse_dilated
 from .onnx_trace import DEFAULT_OPSET, export_graph
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -77,12 +83,10 @@ def load_served(checkpoint: Path | Checkpoint) -> Exported:
     model, _ = checkpoint.load("cpu")
     served = ServedModel(model, head).eval()
     encoder = served.encoder
-    dilations = sorted({d for attention in encoder.attention_modules() for d in attention.dilations})
-    if dilations != [1]:
-        raise OnnxExportError(
-            f"checkpoint: {checkpoint.path} has dilated heads (dilations {dilations}), which the ONNX lowering "
-            "does not compute yet"
-        )
+    try:
+        refuse_dilated(encoder, checkpoint.path)
+    except ValueError as err:
+        raise OnnxExportError(str(err)) from None
     return Exported(served, head, encoder.max_positions(), [a.window for a in encoder.attention_modules()])
 
 
@@ -101,8 +105,14 @@ def export_onnx(
     stores the linear layers' weights as int8 (:mod:`.onnx_quantize`); the self-check then
     reports its agreement with the float32 file.
 
+    One path for every kind: the checkpoint's plan (:data:`PLANS`: :class:`EncoderPlan`, one
+    graph; :class:`~.onnx_led.LedPlan`, three) is staged where ``out`` will be, loads the
+    model, writes, checks itself against the model and quantizes; what it says goes into
+    one report.
+
     Returns:
-        The report: head, inputs and outputs, lengths served, the self-check's figures.
+        The report: head, inputs and outputs (or files), lengths served, the self-check's
+        figures.
 
     Raises:
         FileExistsError: ``out`` exists and ``force`` is not set.
@@ -116,46 +126,77 @@ def export_onnx(
     if quantize and dtype != "float32":
         raise OnnxExportError(f"--quantize {quantize}: quantizes float32 weights; leave --dtype at float32")
     ours = Checkpoint.read(checkpoint)
-    sources = source_files(ours.path)
-    if ours.kind is Kind.LED:
-        if dtype != "float32":
-            raise OnnxExportError(f"--dtype {dtype}: an LED exports in float32 only")
-        try:
-            return export_led_onnx(ours, Path(out), opset, force, tokenizer, quantize)
-        except ValueError as err:
-            raise OnnxExportError(str(err)) from None
-    with guarded_file(out, force, rerun=Path(out).is_file() and recorded_sources(Path(out)) == sources) as staged:
-        start = time.perf_counter()
-        exported = load_served(ours)
+    plan_type = PLANS.get(ours.kind)
+    if plan_type is None:
+        served_head(ours)  # names what the checkpoint is and what export-onnx takes
+    if dtype not in plan_type.DTYPES:
+        raise OnnxExportError(f"--dtype {dtype}: {plan_type.WHAT} exports in {' or '.join(plan_type.DTYPES)} only")
+    report = {"checkpoint": str(checkpoint), "output": str(out), "source_files": source_files(ours.path),
+              "dtype": dtype, "quantize": quantize, "opset": opset}  # fmt: skip
+    start = time.perf_counter()
+    try:
+        with plan_type.staged(Path(out), report, force) as target:  # the record (a directory's) is written last
+            plan = plan_type(ours, dtype, tokenizer)
+            report |= plan.describe()
+            report |= plan.write(target, opset, report["source_files"])
+            report["export_seconds"] = round(time.perf_counter() - start, 1)
+            report["self_check"] = plan.self_check(target)
+            if quantize:
+                report["self_check"]["int8"] = plan.quantize(target)
+            files = [target] if target.is_file() else sorted(target.glob("*.onnx"))
+            report["megabytes"] = round(sum(f.stat().st_size for f in files) / 2**20, 1)
+    except OnnxExportError:
+        raise
+    except ValueError as err:  # what a plan refuses, in one line
+        raise OnnxExportError(str(err)) from None
+    return report
+
+
+class EncoderPlan:
+    """A ``longformer_roberta`` checkpoint as one ONNX file (:mod:`this module <.export>`)."""
+
+    WHAT = "an encoder"
+    DTYPES = tuple(DTYPES)
+
+    def __init__(self, checkpoint: Checkpoint, dtype: str, tokenizer: Path | None = None):
+        self.exported, self.dtype = load_served(checkpoint), dtype
+        self.check: dict = {}
+
+    @staticmethod
+    def staged(out: Path, report: dict, force: bool):
+        """The file is written beside ``out``; a file of its own export from the same
+        checkpoint (its metadata says) is refreshed without ``force``."""
+        rerun = out.is_file() and recorded_sources(out) == report["source_files"]
+        return guarded_file(out, force, rerun=rerun)
+
+    def describe(self) -> dict:
+        exported = self.exported
+        return {"head": str(exported.head), "inputs": list(INPUTS), "outputs": list(exported.head.spec.onnx_outputs),
+                "max_length": exported.max_length}  # fmt: skip
+
+    def write(self, target: Path, opset: int, sources: dict) -> dict:
+        exported = self.exported
         # The float32 model is the self-check's reference; a float16 export traces a copy.
-        served = exported.served if dtype == "float32" else copy.deepcopy(exported.served).to(DTYPES[dtype])
+        served = exported.served if self.dtype == "float32" else copy.deepcopy(exported.served).to(DTYPES[self.dtype])
         program = trace(served, exported.max_length, opset)
         program.model.metadata_props[RECORD] = json.dumps(sources)
-        program.save(str(staged))
-        seconds = time.perf_counter() - start
-        check = self_check(staged, exported.served, exported.max_length, exported.window, TOLERANCE[dtype])
-        if quantize:
-            outputs = list(exported.head.spec.onnx_outputs)
-            batches = [example_inputs(exported.served, AGREEMENT_BATCH, n, pattern, padded=True, seed=n)
-                       for n in check["lengths"] for pattern in check["patterns"]]  # fmt: skip
-            with float_copy(staged) as reference:
-                quantize_file(staged)
-                check["int8"] = top1_agreement(reference, staged, batches, outputs)
-    return {
-        "checkpoint": str(checkpoint),
-        "output": str(out),
-        "source_files": sources,
-        "head": str(exported.head),
-        "inputs": list(INPUTS),
-        "outputs": list(exported.head.spec.onnx_outputs),
-        "dtype": dtype,
-        "quantize": quantize,
-        "opset": opset,
-        "max_length": exported.max_length,
-        "export_seconds": round(seconds, 1),
-        "megabytes": round(Path(out).stat().st_size / 2**20, 1),
-        "self_check": check,
-    }
+        program.save(str(target))
+        return {}
+
+    def self_check(self, target: Path) -> dict:
+        exported = self.exported
+        self.check = self_check(target, exported.served, exported.max_length, exported.window, TOLERANCE[self.dtype])
+        return self.check
+
+    def quantize(self, target: Path) -> dict:
+        """The int8 file's top-1 agreement with the float32 one, on the self-check's lengths
+        and patterns, :data:`AGREEMENT_BATCH` rows each."""
+        exported = self.exported
+        batches = [example_inputs(exported.served, AGREEMENT_BATCH, n, pattern, padded=True, seed=n)
+                   for n in self.check["lengths"] for pattern in self.check["patterns"]]  # fmt: skip
+        with float_copy(target) as reference:
+            quantize_file(target)
+            return top1_agreement(reference, target, batches, list(exported.head.spec.onnx_outputs))
 
 
 # The file's record of what it was exported from (its metadata), which lets a rerun from
@@ -246,3 +287,7 @@ def self_check(path: Path, served: ServedModel, max_length: int, windows: list[i
                     )
                 worst = max(worst, difference)
     return {"lengths": lengths, "patterns": list(patterns), "max_difference": worst, "tolerance": tolerance}
+
+
+# Each kind of checkpoint export-onnx takes, and the plan that writes it.
+PLANS = {Kind.ENCODER: EncoderPlan, Kind.LED: LedPlan}

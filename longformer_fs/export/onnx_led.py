@@ -21,7 +21,6 @@ dictionary the exporter cannot follow; its weights are the model's own modules.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +31,10 @@ from fairseq.modules import LearnedPositionalEmbedding
 
 from ..checkpoint import Checkpoint
 from ..conventions import BOS, EOS, PAD, UNK
-from ..conversion.hf_tokenizer import TokenizerError, write_hf_tokenizer
 from ..evaluation.summarization import generate
-from ..output import guarded_output, source_files
+from ..hf_format.tokenizer_files import TokenizerError
+from ..hf_format.tokenizer_out import write_hf_tokenizer
+from ..output import guarded_output
 from ..serving.beam_search import GenerationSettings
 from ..serving.summarizer import (
     CONFIG_KEYS,
@@ -46,7 +46,7 @@ from ..serving.summarizer import (
     cache_names,
 )
 from .onnx_quantize import quantize_file
-from .onnx_served import INPUTS, encoder_features, use_kernel_backend
+from .onnx_served import INPUTS, encoder_features, refuse_dilated, use_kernel_backend
 from .onnx_trace import export_graph
 
 COMMAND = "export-onnx"
@@ -245,43 +245,58 @@ def greedy_agreement(reference: OnnxSummarizer, quantized: OnnxSummarizer, sourc
     return {"greedy_tokens": round(same / max(1, total), 4)}
 
 
-def export_led_onnx(checkpoint: Checkpoint, out_dir: Path, opset: int, force: bool,
-                    tokenizer: Path | None = None, quantize: str | None = None) -> dict:  # fmt: skip
-    """Write ``checkpoint``'s LED into ``out_dir`` (:mod:`this module <.onnx_led>`); returns the report."""
-    start = time.perf_counter()
-    model, task = checkpoint.load("cpu")
-    dilations = sorted({d for attention in model.encoder.attention_modules() for d in attention.dilations})
-    if dilations != [1]:
-        raise ValueError(f"checkpoint: {checkpoint.path} has dilated heads (dilations {dilations}), "
-                         "which the ONNX lowering does not compute yet")  # fmt: skip
-    refuse_unusual_decoder(model.decoder)
-    windows = [a.window for a in model.encoder.attention_modules()]
-    report = {
-        "checkpoint": str(checkpoint.path), "output": str(out_dir), "head": "summarizer",
-        "files": [ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE, "tokenizer.json", GENERATION_CONFIG],
-        "dtype": "float32", "quantize": quantize, "opset": opset, "max_length": model.max_positions()[0],
-        "source_files": source_files(checkpoint.path),
-    }  # fmt: skip
-    with guarded_output(out_dir, COMMAND, report, force) as staging:
-        source = Path(tokenizer) if tokenizer is not None else checkpoint.path.parent
+class LedPlan:
+    """An ``led`` checkpoint as the three files of :mod:`this module <.onnx_led>`, with its
+    tokenizer and generation settings, in a directory (for :func:`.onnx.export_onnx`)."""
+
+    WHAT = "an LED"
+    DTYPES = ("float32",)
+    FILES = (ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE)
+
+    def __init__(self, checkpoint: Checkpoint, dtype: str = "float32", tokenizer: Path | None = None):
+        self.checkpoint, self.tokenizer = checkpoint, tokenizer
+        self.model, self.task = checkpoint.load("cpu")
+        refuse_dilated(self.model.encoder, checkpoint.path)
+        refuse_unusual_decoder(self.model.decoder)
+        self.sources: list[list[int]] = []
+        self.served: OnnxSummarizer | None = None  # the float32 files, as the self-check ran them
+
+    @staticmethod
+    def staged(out: Path, report: dict, force: bool):
+        """The directory is staged beside ``out``, its record ``export-onnx.json`` (the report)
+        written last: a rerun from the same checkpoint refreshes it."""
+        return guarded_output(out, COMMAND, report, force)
+
+    def describe(self) -> dict:
+        return {"head": "summarizer", "files": [*self.FILES, "tokenizer.json", GENERATION_CONFIG],
+                "max_length": self.model.max_positions()[0]}  # fmt: skip
+
+    def write(self, target: Path, opset: int, sources: dict) -> dict:
+        checkpoint = self.checkpoint
+        source = Path(self.tokenizer) if self.tokenizer is not None else checkpoint.path.parent
         try:
-            report["tokenizer"] = write_hf_tokenizer(source, checkpoint.dictionary(), staging)
+            tokenizer = write_hf_tokenizer(source, checkpoint.dictionary(), target)
         except TokenizerError as err:
-            if tokenizer is not None:
+            if self.tokenizer is not None:
                 raise ValueError(str(err)) from None
             raise ValueError(
                 f"--tokenizer: no tokenizer beside {checkpoint.path} (import-hf leaves one there); give an HF "
                 "tokenizer directory, or the directory of BART's encoder.json and vocab.bpe"
             ) from None
-        (staging / GENERATION_CONFIG).write_text(json.dumps(generation_config(model, GenerationSettings()), indent=2))
-        trace_led(model, staging, model.max_positions()[0], opset)
-        report["export_seconds"] = round(time.perf_counter() - start, 1)
-        sources = check_sources(model, task, windows)
-        served = OnnxSummarizer(staging)
-        report["self_check"] = self_check(served, model, task, sources)
-        if quantize:
-            for name in (ENCODER_FILE, DECODER_FILE, DECODER_WITH_PAST_FILE):
-                quantize_file(staging / name)
-            report["self_check"]["int8"] = greedy_agreement(served, OnnxSummarizer(staging), sources)
-        report["megabytes"] = round(sum(f.stat().st_size for f in staging.glob("*.onnx")) / 2**20, 1)
-    return report
+        settings = generation_config(self.model, GenerationSettings())
+        (target / GENERATION_CONFIG).write_text(json.dumps(settings, indent=2))
+        trace_led(self.model, target, self.model.max_positions()[0], opset)
+        return {"tokenizer": tokenizer}
+
+    def self_check(self, target: Path) -> dict:
+        windows = [a.window for a in self.model.encoder.attention_modules()]
+        self.sources = check_sources(self.model, self.task, windows)
+        self.served = OnnxSummarizer(target)
+        return self_check(self.served, self.model, self.task, self.sources)
+
+    def quantize(self, target: Path) -> dict:
+        """The int8 files' greedy tokens against the float32 ones' (the self-check's sessions),
+        on the self-check's sources."""
+        for name in self.FILES:
+            quantize_file(target / name)
+        return greedy_agreement(self.served, OnnxSummarizer(target), self.sources)

@@ -21,6 +21,8 @@ encoder file (:mod:`.onnx_led`) is the same function over BART's encoder.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 
@@ -50,6 +52,17 @@ def encoder_features(encoder, input_ids, attention_mask, global_attention_mask) 
     if encoder.layer_norm is not None:
         x = encoder.layer_norm(x)
     return x.transpose(0, 1)
+
+
+def refuse_dilated(encoder, path: Path) -> None:
+    """A ValueError naming the checkpoint at ``path`` when ``encoder`` has dilated heads,
+    which the ONNX lowering (:mod:`.onnx_band`) does not compute yet."""
+    dilations = sorted({d for attention in encoder.attention_modules() for d in attention.dilations})
+    if dilations != [1]:
+        raise ValueError(
+            f"checkpoint: {path} has dilated heads (dilations {dilations}), which the ONNX lowering does not "
+            "compute yet"
+        )
 
 
 def use_kernel_backend(encoder) -> None:

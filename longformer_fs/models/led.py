@@ -33,9 +33,9 @@ from omegaconf import OmegaConf
 
 from ..attention.tracing import constant_when_traced
 from ..modules.compiled import allow_graphs, compiled_in_training
-from .checkpoints import add_global_projections, check_learned_positions
 from .longformer_encoder import LongformerTransformerEncoder, add_compile_layers_arg, add_max_global_tokens_arg
 from .pretrained import FromPretrained
+from .weight_layout import add_global_projections, check_learned_positions
 
 logger = logging.getLogger(__name__)
 

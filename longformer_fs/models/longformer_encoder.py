@@ -28,7 +28,7 @@ from fairseq.utils import safe_getattr
 from ..attention import GlobalTokens, LongformerSelfAttention
 from ..modules.compiled import allow_graphs, compiled_in_training
 from ..modules.per_layer import layer_values
-from .checkpoints import copy_global_projections
+from .weight_layout import copy_global_projections
 
 logger = logging.getLogger(__name__)
 

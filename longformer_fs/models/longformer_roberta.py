@@ -30,7 +30,6 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from ..heads import TOKEN_HEADS
-from .checkpoints import add_global_projections, check_learned_positions
 from .longformer_encoder import (
     LongformerTransformerEncoder,
     add_compile_layers_arg,
@@ -38,6 +37,7 @@ from .longformer_encoder import (
     global_attention_possible,
 )
 from .pretrained import FromPretrained
+from .weight_layout import add_global_projections, check_learned_positions
 
 logger = logging.getLogger(__name__)
 

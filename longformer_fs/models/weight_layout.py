@@ -11,7 +11,7 @@ module holds what all of them share:
   (:func:`reserved_position_rows`, :func:`check_learned_positions`).
 
 Checkpoint files themselves (reading, settings, writing) are
-:mod:`longformer_fs.checkpoint_files`'.
+:mod:`longformer_fs.fairseq_format`'.
 """
 
 from __future__ import annotations

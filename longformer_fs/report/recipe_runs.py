@@ -29,7 +29,7 @@ from pathlib import Path
 from data_prep.char_corpus import prepare as prepare_char_corpus
 from data_prep.gpt2_bpe import train_bpe
 
-from ..checkpoint_files import config_get, model_config, read_checkpoint
+from ..fairseq_format import config_get, model_config, read_checkpoint
 from .parts import ROOT, command_output
 from .runner import Context, PartFailed
 

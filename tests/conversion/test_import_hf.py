@@ -346,7 +346,7 @@ def test_a_gpt2_numbered_tokenizer_comes_back_as_gpt2s_files(tmp_path):
     from tokenizers import ByteLevelBPETokenizer
     from transformers import LongformerForMaskedLM
 
-    from longformer_fs.conversion.hf_tokenizer import byte_characters
+    from longformer_fs.hf_format.gpt2_numbering import byte_characters
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(english(), vocab_size=500, min_frequency=2, show_progress=False)

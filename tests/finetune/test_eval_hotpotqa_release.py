@@ -37,7 +37,7 @@ def release(tmp_path_factory):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from longformer_fs.checkpoint_files import save_start_checkpoint
+    from longformer_fs.fairseq_format import save_start_checkpoint
 
     tmp = tmp_path_factory.mktemp("hotpot_release_eval")
     records = DEV_FULLWIKI + TEST_FULLWIKI

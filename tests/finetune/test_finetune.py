@@ -402,7 +402,7 @@ def test_add_tokens_keeps_every_existing_row(work):
 def test_wikihop_from_a_checkpoint_without_the_new_tokens_is_a_clear_error(work, wikihop):
     from fairseq import checkpoint_utils
 
-    from longformer_fs.checkpoint_files import model_config
+    from longformer_fs.fairseq_format import model_config
     from longformer_fs.tasks.wikihop import WikihopConfig, WikihopTask
 
     tmp = work["tmp"]
@@ -568,7 +568,7 @@ def test_convert_roberta_from_hf_layout_equals_the_fairseq_release(work, tmp_pat
     from hf_models import roberta_as_hf
 
     from longformer_fs.checkpoint import load_model
-    from longformer_fs.checkpoint_files import config_get, model_config
+    from longformer_fs.fairseq_format import config_get, model_config
     from longformer_fs.tokenization import SubwordSpec
 
     tmp, bpe = work["tmp"], work["tmp"] / "bpe"

@@ -5,7 +5,7 @@ import torch
 from helpers import fake_checkpoint, ok
 
 from longformer_fs import from_pretrained
-from longformer_fs.checkpoint_files import CheckpointError
+from longformer_fs.fairseq_format import CheckpointError
 
 
 def test_each_model_class_gives_its_hub_interface(tiny_char_lm, longformer_hub, tmp_path):

@@ -210,7 +210,7 @@ def test_hf_tokenizer_from_gpt2_files_uses_the_model_ids(tmp_path):
     """GPT-2's encoder.json/vocab.bpe mapped through dict.txt (which lists GPT-2 ids in model order)."""
     from transformers import AutoTokenizer
 
-    from longformer_fs.conversion.hf_tokenizer import write_hf_tokenizer
+    from longformer_fs.hf_format.tokenizer_out import write_hf_tokenizer
 
     bpe = tmp_path / "gpt2"
     bpe.mkdir()

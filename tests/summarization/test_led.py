@@ -369,7 +369,7 @@ def test_convert_bart_from_hf_layout_equals_the_fairseq_release(bart, data, tmp_
     same LED from either layout, with tokenizer files that give the same ids."""
     from hf_models import bart_as_hf
 
-    from longformer_fs.checkpoint_files import config_get, model_config
+    from longformer_fs.fairseq_format import config_get, model_config
     from longformer_fs.tokenization import SubwordSpec
 
     theirs = bart_as_hf(bart, data["bpe"], tmp_path / "hf").double()
