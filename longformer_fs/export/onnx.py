@@ -46,14 +46,20 @@ class OnnxExportError(ValueError):
     """The checkpoint cannot be served as ONNX, or its file disagrees with PyTorch."""
 
 
+def not_served(checkpoint: Checkpoint) -> OnnxExportError:
+    """The error for a checkpoint of a kind export-onnx does not take, naming the kinds it does."""
+    served = ", ".join(kind for kind, spec in HEADS.items() if spec.onnx_outputs)
+    return OnnxExportError(
+        f"checkpoint: {checkpoint.path} is a {checkpoint.name!r} model; export-onnx takes longformer_roberta "
+        f"checkpoints ({served}) and led checkpoints"
+    )
+
+
 def served_head(checkpoint: Checkpoint) -> Head:
     """The head the checkpoint's graph ends in, or :class:`OnnxExportError` naming the one it has."""
     served = ", ".join(kind for kind, spec in HEADS.items() if spec.onnx_outputs)
     if checkpoint.kind is not Kind.ENCODER:
-        raise OnnxExportError(
-            f"checkpoint: {checkpoint.path} is a {checkpoint.name!r} model; export-onnx takes longformer_roberta "
-            f"checkpoints ({served}) and led checkpoints"
-        )
+        raise not_served(checkpoint)
     try:
         head = checkpoint.head
     except ValueError as err:
@@ -128,7 +134,7 @@ def export_onnx(
     ours = Checkpoint.read(checkpoint)
     plan_type = PLANS.get(ours.kind)
     if plan_type is None:
-        served_head(ours)  # names what the checkpoint is and what export-onnx takes
+        raise not_served(ours)
     if dtype not in plan_type.DTYPES:
         raise OnnxExportError(f"--dtype {dtype}: {plan_type.WHAT} exports in {' or '.join(plan_type.DTYPES)} only")
     report = {"checkpoint": str(checkpoint), "output": str(out), "source_files": source_files(ours.path),

@@ -300,6 +300,15 @@ def test_the_longest_input_equals_hf_and_one_more_token_is_an_error(exported):
         session.run(None, longer)
 
 
+def test_a_character_lm_is_refused_in_one_line(tiny_char_lm, tmp_path):
+    """export-onnx takes encoders and LEDs: a character LM's checkpoint is named, with what
+    the command takes, and nothing is written."""
+    message = fails("export-onnx", tiny_char_lm[0], "--out", tmp_path / "lm.onnx")
+    assert len(message.strip().splitlines()) == 1, message
+    assert "'longformer_lm" in message and "takes longformer_roberta checkpoints" in message and "led" in message
+    assert not (tmp_path / "lm.onnx").exists()
+
+
 def test_a_rerun_from_the_same_checkpoint_refreshes_the_file(exported, tmp_path):
     """export-onnx into its own earlier file from the same checkpoint writes it anew
     without --force (the file records where it came from), and the new file serves as
