@@ -49,14 +49,21 @@ def event_name(event) -> str | None:
 
 
 def cpu_peak(prof: profile) -> int:
-    """The peak of live CPU tensor bytes over a profile taken with ``profile_memory=True``."""
+    """The peak of live CPU tensor bytes over a profile taken with ``profile_memory=True``,
+    counted from where it started.
+
+    A tensor allocated before the profile and freed during it (the previous step's
+    gradients, which a backward replaces) is counted as if freed at once: below the start
+    nothing is counted. Otherwise a call that frees old gradients before it allocates new
+    ones of the same size would have a peak of 0 (seen on the kernel's causal step at 64
+    tokens)."""
     events = [e for e in prof.profiler.kineto_results.events() if event_name(e) == "[memory]"]
     events.sort(key=lambda e: e.start_ns())
     cpu = torch._C._autograd.DeviceType.CPU
     live = peak = 0
     for event in events:
         if event.device_type() == cpu:
-            live += event.nbytes()
+            live = max(0, live + event.nbytes())
             peak = max(peak, live)
     return peak
 
