@@ -19,7 +19,7 @@ The datasets:
   :mod:`data_prep.pdf_papers`);
 - :mod:`data_prep.summarization`: document/summary pairs for LED (``prep summarization``);
 - the fine-tuning tasks: :mod:`data_prep.classification` (IMDB, Hyperpartisan),
-  :mod:`data_prep.qa` (TriviaQA, SQuAD), :mod:`data_prep.wikihop`,
+  :mod:`data_prep.qa` (TriviaQA, SQuAD, read by :mod:`data_prep.qa_sources`), :mod:`data_prep.wikihop`,
   :mod:`data_prep.hotpotqa` and :mod:`data_prep.coref` (OntoNotes, CoNLL-2012).
 
 Nothing here imports the plugin but what both sides agree on: :mod:`longformer_fs.conventions`

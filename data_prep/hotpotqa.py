@@ -79,7 +79,8 @@ from longformer_fs.conventions import BOS, HOTPOTQA_FILES, HOTPOTQA_SYMBOLS, Pre
 
 from .fairseq_dataset import PrepError, SplitFiles, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
-from .qa import char_spans_to_tokens, find_answer_spans
+from .qa import char_spans_to_tokens
+from .qa_sources import find_answer_spans
 from .wikihop import WikihopConfig, check_config, read_splits, write_examples
 from .wikihop import input_manifest as wikihop_inputs
 

@@ -15,6 +15,7 @@ themselves, as the hub serves them: for import-hf and the converters' HF sources
 import gettext
 import json
 import shutil
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -94,13 +95,63 @@ def renumbered(tokenizer: Path, out: Path, family: str) -> Path:
     return out
 
 
+def byte_level_bpe(texts: list[str], size: int, min_frequency: int = 2) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A byte-level BPE of ``size`` tokens trained on ``texts`` as HF's trainer trains one
+    (:data:`SPECIALS`, then the 256 byte characters, then each merge's result; pairs seen
+    fewer than ``min_frequency`` times are not merged), but the same in every run: among
+    pairs of equal count the first in order is merged, where HF's trainer takes whichever
+    its hash order puts first, which changes from process to process (and with it every
+    model built over the tokenizer, and the searches some tests calibrate on them).
+
+    Returns:
+        ``{token: id}`` and the merges in order.
+    """
+    from tokenizers import pre_tokenizers
+
+    split = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    counts = Counter(piece for text in texts for piece, _ in split.pre_tokenize_str(text))
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
+    words, frequency = [list(word) for word in counts], list(counts.values())
+    pairs, holders = Counter(), defaultdict(set)  # pair -> count; pair -> the words that held it
+    for i, word in enumerate(words):
+        for pair in zip(word, word[1:], strict=False):
+            pairs[pair] += frequency[i]
+            holders[pair].add(i)
+    merges = []
+    while len(vocab) < size and pairs and max(pairs.values()) >= min_frequency:
+        best = max(pairs.values())
+        a, b = min(pair for pair, count in pairs.items() if count == best)
+        merges.append((a, b))
+        vocab[a + b] = len(vocab)
+        for i in sorted(holders.pop((a, b))):
+            word, f = words[i], frequency[i]
+            for pair in zip(word, word[1:], strict=False):
+                pairs[pair] -= f
+            merged, j = [], 0
+            while j < len(word):
+                if word[j : j + 2] == [a, b]:
+                    merged.append(a + b)
+                    j += 2
+                else:
+                    merged.append(word[j])
+                    j += 1
+            words[i] = merged
+            for pair in zip(merged, merged[1:], strict=False):
+                pairs[pair] += f
+                holders[pair].add(i)
+        for pair in [pair for pair, count in pairs.items() if count <= 0]:
+            del pairs[pair]
+    return vocab, merges
+
+
 def train_tokenizer(texts: list[str], out: Path, size: int = 600) -> Path:
-    """A RoBERTa-style tokenizer trained on ``texts``, saved by transformers into ``out``."""
+    """A RoBERTa-style tokenizer trained on ``texts`` (:func:`byte_level_bpe`: the same in
+    every run), saved by transformers into ``out``."""
     from tokenizers import AddedToken, ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
 
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=size, min_frequency=2, special_tokens=SPECIALS, show_progress=False)
+    bpe = ByteLevelBPETokenizer(*byte_level_bpe(texts, size))
+    bpe.add_special_tokens(SPECIALS)  # ids 0 to 3 already, as the trainer gives them
     bpe.add_special_tokens([AddedToken("<mask>", lstrip=True)])  # last, taking the space before it, as in RoBERTa
     tokenizer = RobertaTokenizerFast(
         tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",

@@ -48,8 +48,9 @@ def main(args: argparse.Namespace) -> int:
     return print_report(report, args.json, _summary)
 
 
+# What to run next, by the head the import ends in (an LED's is the summarizer).
 _NEXT = {
-    "led": "fairseq-hydra-train --config-dir recipes/summarization --config-name led_base_16k task.data=DATA "
+    "summarizer": "fairseq-hydra-train --config-dir recipes/summarization --config-name led_base_16k task.data=DATA "
     "checkpoint.finetune_from_model={model}   (or: make summarize-arxiv BART={out} ...)",
     "qa": "longformer-fs eval-qa {model} --data DATA   (or fine-tune further: make finetune-triviaqa MODEL={model} "
     "DATA=DATA)",
@@ -78,6 +79,5 @@ def _summary(report: dict):
         f"  prep: --encoder-json {out}/encoder.json --vocab-bpe {out}/vocab.bpe --dict {out}/dict.txt "
         "give this model's ids"
     )
-    key = "led" if report["model_type"] == "led" else report["head"]
-    hint = _NEXT.get(key, "make finetune-triviaqa MODEL={model} DATA=DATA   (or any make finetune-* target)")
+    hint = _NEXT.get(report["head"], "make finetune-triviaqa MODEL={model} DATA=DATA   (or any make finetune-* target)")
     yield "  next: " + hint.format(model=report["output"], out=out)

@@ -12,7 +12,8 @@ import pytest
 from data_prep.classification import ClassificationConfig, prepare_classification
 from data_prep.fairseq_dataset import PrepError
 from data_prep.gpt2_bpe import train_bpe
-from data_prep.qa import QaPrepConfig, normalize_answer, prepare_qa
+from data_prep.qa import QaPrepConfig, prepare_qa
+from data_prep.qa_sources import normalize_answer
 from data_prep.wikihop import WikihopConfig, extend_dictionary, prepare_wikihop
 from longformer_fs import cli
 from longformer_fs.conventions import NUM_SPECIALS, WIKIHOP_SYMBOLS

@@ -9,7 +9,7 @@ import torch
 from helpers import PreparedSplit, cli
 
 from data_prep.gpt2_bpe import train_bpe
-from data_prep.qa import find_answer_spans
+from data_prep.qa_sources import find_answer_spans
 from longformer_fs.evaluation.qa_metrics import NORMALIZATIONS, SQUAD, TRIVIAQA, exact_match, f1_score, qa_scores
 from longformer_fs.evaluation.qa_spans import best_span, best_span_over_windows
 

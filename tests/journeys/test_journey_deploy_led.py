@@ -51,11 +51,12 @@ def with_competing_end(led_hub, out) -> float:
     ``DOCUMENTS[0]``, ends all three searches of :data:`SEARCHES` before their limit (HF's
     search ends there without ``</s>`` where fairseq forces one, so only searches that end
     can be compared) with three different summaries is narrow (0.2 wide, measured), and it
-    moves from run to run: the suite's tokenizer is trained anew each run and HF's BPE
-    trainer breaks ties between equal merge counts differently each time (fixed strengths,
-    11.0 then its neighbours, missed it in one run). So the strength is found: by bisection,
-    the weakest at which every search ends, then a scan up from there to the middle of the
-    band where the three summaries differ. (Checked: a length penalty of 1 in place of 2.0,
+    moves with the tokenizer the model is built over (with HF's own BPE trainer, which breaks
+    ties differently in each process, it moved from run to run, and some runs had none:
+    hf_models.byte_level_bpe trains the same tokenizer every run now). So the strength is
+    found rather than written down: by bisection, the weakest at which every search ends,
+    then a scan up from there to the middle of the band where the three summaries differ
+    (10.1 over the suite's tokenizer). (Checked: a length penalty of 1 in place of 2.0,
     or no n-gram blocking, in :mod:`longformer_fs.serving.beam_search` fails the summary
     tests.)"""
     from transformers import AutoTokenizer, LEDForConditionalGeneration
@@ -122,6 +123,9 @@ def exported(led_hub, tmp_path_factory):
     out = workspace.path("led-onnx")
     report = json.loads((out / "export-onnx.json").read_text())
     theirs = LEDForConditionalGeneration.from_pretrained(workspace.path(HUB)).eval()
+    (imported,) = [log for step, log in logs.items() if step.startswith("longformer-fs import-hf")]
+    # What import-hf says to run next is chosen by the head it imported: an LED's summarizer.
+    assert "next: fairseq-hydra-train --config-dir recipes/summarization" in imported, imported
     return theirs, workspace.path("ckpt/led/model.pt"), out, report, logs[JOURNEY.steps[-1]]
 
 
