@@ -82,19 +82,23 @@ def test_export_takes_the_dictionary_of_the_data_the_checkpoint_names(converted,
     assert not (tmp_path / "hf2").exists()
 
 
-def test_every_writer_refuses_another_models_out_without_force(roberta_base, converted, tmp_path):
-    """convert-roberta and export-hf (import-hf: tests/conversion/test_import_hf.py) write
-    into an empty OUT, refresh their own output from the same source, and replace anything
-    else only with --force; a refusal leaves OUT byte-identical."""
+def test_every_writer_refuses_another_models_out_without_force(roberta_base, bart_base, converted, tmp_path):
+    """convert-roberta, convert-bart and export-hf (import-hf: tests/conversion/test_import_hf.py;
+    export-onnx: tests/export/test_export_onnx.py and the deploy-LED journey) write into an
+    empty OUT, refresh their own output from the same source, and replace anything else only
+    with --force; a refusal leaves OUT byte-identical."""
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    other = tmp_path / "other"  # another release: the same model under another name
-    other.mkdir()
-    for name in ("model.pt", "dict.txt"):
-        (other / name).write_bytes((roberta_base / name).read_bytes())
+    others = {}
+    for release in (roberta_base, bart_base):  # another release: the same model under another name
+        others[release] = tmp_path / f"other_{release.parent.name}"
+        others[release].mkdir()
+        for name in ("model.pt", "dict.txt"):
+            (others[release] / name).write_bytes((release / name).read_bytes())
     steps = [
-        (["convert-roberta", roberta_base, "--max-positions", "256"], ["convert-roberta", other]),
+        (["convert-roberta", roberta_base, "--max-positions", "256"], ["convert-roberta", others[roberta_base]]),
+        (["convert-bart", bart_base, "--max-source-positions", "2048"], ["convert-bart", others[bart_base]]),
         (["export-hf", converted / "model.pt"], ["export-hf", tmp_path / "long" / "model.pt"]),
     ]
     ok("convert-roberta", roberta_base, "--out", tmp_path / "long")
