@@ -46,18 +46,22 @@ class OnnxExportError(ValueError):
     """The checkpoint cannot be served as ONNX, or its file disagrees with PyTorch."""
 
 
+def served_heads() -> str:
+    """The heads an encoder's file can end in, for messages: ``masked_lm, classification, qa``."""
+    return ", ".join(kind for kind, spec in HEADS.items() if spec.onnx_outputs)
+
+
 def not_served(checkpoint: Checkpoint) -> OnnxExportError:
     """The error for a checkpoint of a kind export-onnx does not take, naming the kinds it does."""
-    served = ", ".join(kind for kind, spec in HEADS.items() if spec.onnx_outputs)
     return OnnxExportError(
         f"checkpoint: {checkpoint.path} is a {checkpoint.name!r} model; export-onnx takes longformer_roberta "
-        f"checkpoints ({served}) and led checkpoints"
+        f"checkpoints ({served_heads()}) and led checkpoints"
     )
 
 
 def served_head(checkpoint: Checkpoint) -> Head:
     """The head the checkpoint's graph ends in, or :class:`OnnxExportError` naming the one it has."""
-    served = ", ".join(kind for kind, spec in HEADS.items() if spec.onnx_outputs)
+    served = served_heads()
     if checkpoint.kind is not Kind.ENCODER:
         raise not_served(checkpoint)
     try:

@@ -228,20 +228,21 @@ class LongformerTransformerEncoder(TransformerEncoder):
                 )
             from_batch = from_batch.to(device=src_tokens.device, dtype=torch.bool)
             mask = from_batch if mask is None else mask | from_batch
-        tokens = GlobalTokens.find(mask, src_tokens.eq(self.padding_idx), bound)
+        padding = src_tokens.eq(self.padding_idx)
+        tokens = GlobalTokens.find(mask, padding, bound)
         for attention in self.attention_modules():
             attention.set_global_tokens(tokens)
-        return self._encode(src_tokens, return_all_hiddens, token_embeddings)
+        return self._encode(src_tokens, padding, return_all_hiddens, token_embeddings)
 
-    def _encode(self, src_tokens, return_all_hiddens: bool, token_embeddings) -> dict:
+    def _encode(self, src_tokens, padding, return_all_hiddens: bool, token_embeddings) -> dict:
         """fairseq's ``TransformerEncoder.forward_scriptable`` without its host waits.
 
         fairseq asks the device whether a batch holds padding (``encoder_padding_mask.any()``)
         and again in every layer (``if has_pads``), so the host waits on the GPU once a
         layer. Here every layer takes the padding mask as it is: the attention takes a
-        mask of no padding as cheaply as none. The outputs are fairseq's.
+        mask of no padding as cheaply as none (``padding``: ``(B, T)`` bool, the source's
+        ``padding_idx``). The outputs are fairseq's.
         """
-        padding = src_tokens.eq(self.padding_idx)
         x, embedding = self.forward_embedding(src_tokens, token_embeddings)
         x = x.masked_fill(padding.unsqueeze(-1), 0.0).transpose(0, 1)  # (T, B, C), padded rows 0
         states, fc_results = ([x] if return_all_hiddens else []), []
