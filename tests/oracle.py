@@ -54,21 +54,24 @@ def oracle_attention(
     scale = head_dim**-0.5 if scale is None else scale
     pad = torch.zeros(batch, seq_len, dtype=torch.bool) if pad is None else pad.cpu()
     glob = torch.zeros(batch, seq_len, dtype=torch.bool) if glob is None else glob.cpu() & ~pad
+    # The masks as Python booleans: a tensor indexed once per (row, key) cost seconds a call.
+    pad_rows, glob_rows = pad.tolist(), glob.tolist()
     rows = []
     for b in range(batch):
+        is_pad, is_glob = pad_rows[b], glob_rows[b]
         for i in range(seq_len):
+            visible = [j for j in range(seq_len) if not is_pad[j] and (not causal or j <= i)]
             head_outs = []
             for h in range(heads):
-                if pad[b, i]:
+                if is_pad[i]:
                     head_outs.append(torch.zeros_like(q[b, i, h]))
                     continue
-                visible = [j for j in range(seq_len) if not pad[b, j] and (not causal or j <= i)]
-                if glob[b, i]:
+                if is_glob[i]:
                     idx = torch.tensor(visible)
                     head_outs.append(_attend(q_glob[b, i, h], k_glob[b, idx, h], v_glob[b, idx, h], scale))
                     continue
                 band = set(allowed_local_keys(i, seq_len, window, dilations[h], causal))
-                keys = [j for j in visible if (j in band and not glob[b, j]) or glob[b, j]]
+                keys = [j for j in visible if (j in band and not is_glob[j]) or is_glob[j]]
                 idx = torch.tensor(keys)
                 if pos_query is None:
                     head_outs.append(_attend(q[b, i, h], k[b, idx, h], v[b, idx, h], scale))
