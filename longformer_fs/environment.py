@@ -12,13 +12,23 @@ import platform
 
 import torch
 
+from . import devices
 from .attention import check_records
 from .attention.backends import AUTO_ORDER, BACKENDS, choose_backend
 from .attention.backends import kernel as kernel_backend
 from .attention.spec import BandSpec
 
-# A plain call and a character-LM call (relative positions): auto may answer differently.
-_PROBES = {"plain": BandSpec(256, (1,), False, 0.125), "relative": BandSpec(256, (1,), True, 0.125, relative=True)}
+# A plain call, a training call of the fine-tuning, MLM and LED recipes (their attention
+# dropout) and a character-LM call (relative positions): auto may answer each differently.
+# The names are the kinds that benchmarks and the rehearsal record calls by (attention.calls).
+_PROBES = {
+    "plain": BandSpec(256, (1,), False, 0.125),
+    "plain + dropout": BandSpec(256, (1,), False, 0.125, 0.1),
+    "relative": BandSpec(256, (1,), True, 0.125, relative=True),
+}
+# The dtypes a GPU's choices are shown for: the recipes' fp32, fp16 and bf16 (check's timings
+# are kept by dtype).
+_GPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def version(dist: str) -> str:
@@ -30,18 +40,21 @@ def version(dist: str) -> str:
 
 def auto_choices() -> dict:
     """Per device type here (cpu, and cuda when present), probe call and (on CUDA, where
-    ``check``'s timings differ by dtype) training dtype: backend and reason."""
-    calls = [("cpu", torch.float32, "")]
-    if torch.cuda.is_available():
-        calls += [("cuda", dtype, "/" + str(dtype).replace("torch.", "")) for dtype in (torch.float32, torch.bfloat16)]
+    ``check``'s timings differ by dtype) training dtype: backend and reason. In a rehearsal
+    the GPU's entries are the rehearsed GPU's (its device is ``meta``)."""
+    calls = [("cpu", "cpu", torch.float32, "")]
+    if devices.cuda_runtime():
+        gpu = devices.default_device()
+        for dtype in _GPU_DTYPES:
+            calls.append(("cuda", gpu, dtype, "/" + str(dtype).replace("torch.", "")))
     choices = {}
-    for device, dtype, suffix in calls:
+    for name, device, dtype, suffix in calls:
         for probe, spec in _PROBES.items():
             try:
                 backend, reason = choose_backend(spec, torch.device(device), dtype)
-                choices[f"{device}/{probe}{suffix}"] = {"backend": backend.name, "reason": reason}
+                choices[f"{name}/{probe}{suffix}"] = {"backend": backend.name, "reason": reason}
             except RuntimeError as err:
-                choices[f"{device}/{probe}{suffix}"] = {"backend": None, "reason": str(err)}
+                choices[f"{name}/{probe}{suffix}"] = {"backend": None, "reason": str(err)}
     return choices
 
 
@@ -51,12 +64,8 @@ def measured_timings() -> dict:
     if not torch.cuda.is_available():
         return {}
     build = kernel_backend.build_id()
-    return {
-        torch.cuda.get_device_name(i): (check_records.record_for(torch.device("cuda", i), build) or {}).get(
-            "timings", {}
-        )
-        for i in range(torch.cuda.device_count())
-    }
+    gpus = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return {devices.gpu_name(gpu): (check_records.record_for(gpu, build) or {}).get("timings", {}) for gpu in gpus}
 
 
 def apex_report() -> dict:
@@ -75,7 +84,7 @@ def apex_report() -> dict:
     spec = importlib.util.find_spec("apex")
     nvidia = spec is not None and importlib.util.find_spec("apex.normalization") is not None
     adam = get_fused_adam_class()
-    on_gpu = torch.cuda.is_available()
+    on_gpu = devices.cuda_runtime()
     kernels = {
         "fused_layer_norm": bool(getattr(fairseq_layer_norm, "has_fused_layernorm", False)),
         "fused_adam": adam.__name__ if adam is not None else None,
@@ -96,7 +105,7 @@ def collect() -> dict:
         name: {"available": b.available, "summary": b.summary, "reason": b.unavailable_reason()}
         for name, b in BACKENDS.items()
     }
-    cuda = torch.cuda.is_available()
+    cuda = devices.cuda_runtime()
     return {
         "versions": {
             "longformer-fs": version("longformer-fs"),
@@ -112,7 +121,7 @@ def collect() -> dict:
             "cpu_threads": torch.get_num_threads(),
             "openmp": torch.backends.openmp.is_available(),
             "cuda": torch.version.cuda if cuda else None,
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+            "gpus": devices.gpu_names(),
         },
         "extension": {
             "built": kernel_backend.unavailable_reason() is None,

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 
-import torch
+from . import devices
 
 TOOLS = ("fairseq-train", "fairseq-hydra-train")
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -53,9 +53,9 @@ class LaunchError(ValueError):
 
 def _on_cpu(tool: str, args: list[str]) -> bool:
     if tool == "fairseq-train":
-        return "--cpu" in args or not torch.cuda.is_available()
+        return "--cpu" in args or not devices.cuda_runtime()
     return any(a.replace("+", "", 1) in ("common.cpu=true", "common.cpu=True") for a in args) or (
-        not torch.cuda.is_available()
+        not devices.cuda_runtime()
     )
 
 

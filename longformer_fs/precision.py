@@ -31,18 +31,18 @@ PRECISION_SETTINGS = ("fp16", "bf16", "amp", "memory_efficient_fp16", "memory_ef
 def unsupported_precision(common) -> tuple[list[str], str]:
     """The precision settings of ``common`` (fairseq's ``CommonConfig``) that this machine
     cannot train with, and why (empty when all can)."""
-    import torch
+    from . import devices
 
     asked = [key for key in PRECISION_SETTINGS if common.get(key)]
     if not asked:
         return [], ""
     if common.get("cpu"):
         return asked, "common.cpu=true trains on the CPU, and fairseq's mixed precision runs on CUDA only"
-    if not torch.cuda.is_available():
+    if not devices.cuda_runtime():
         return asked, "there is no CUDA device here, and fairseq's mixed precision runs on CUDA only"
     bf16 = [key for key in asked if "bf16" in key]
-    if bf16 and not torch.cuda.is_bf16_supported():
-        return bf16, f"this GPU ({torch.cuda.get_device_name()}) cannot compute in bfloat16"
+    if bf16 and not devices.bf16_supported():
+        return bf16, f"this GPU ({devices.gpu_name()}) cannot compute in bfloat16"
     return [], ""
 
 

@@ -176,12 +176,15 @@ START_FIRST = (
     "finetune/test_finetune.py",  # 130 (six trainings, an int8 export)
     "test_cold_lane.py",  # 120 (new interpreters, on purpose: about 10 s each)
     "export/test_export_onnx.py",  # 110 (five exports, about 15 s each)
+    "journeys/test_journey_rehearse.py",  # 85 (the whole report rehearsed: dynamo, aot_eager)
     "attention/test_flex_backend.py",  # 75 (dynamo and inductor)
     "journeys/test_journey_deploy_led.py",  # 75 (cold; three ONNX files, five summary searches)
     "finetune/test_coref.py",  # 75
     "mlm/test_longformer_roberta.py",  # 70
     "test_report.py",  # 70 (the whole toy report, profiles included)
     "training/test_compiled_layers.py",  # 60 (dynamo and AOTAutograd, three models)
+    "training/test_rehearsal_compiled.py",  # 55 (four recipes compiled, a fresh dynamo each)
+    "training/test_rehearsal.py",  # 50 (every recipe's steps on the rehearsed GPU, twice)
     "summarization/test_led.py",  # 60
     "conversion/test_import_hf.py",  # 35
     "attention/test_custom_ops.py",  # 35

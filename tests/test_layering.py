@@ -85,10 +85,37 @@ def test_models_never_import_conversion(edges):
     assert "longformer_fs.conversion" not in edges.get("longformer_fs.models", set())
 
 
+DEVICES = "longformer_fs.devices"
+
+
 def test_attention_core_and_modules_know_nothing_of_fairseq(edges):
     for unit in ("longformer_fs.attention", "longformer_fs.modules"):
         assert not edges.get(unit, set()) & {"fairseq", "transformers"}, unit
-    assert edges.get("longformer_fs.attention", set()) <= {"torch"}
+    # Below the core: the one module of decisions that differ on a GPU (docs/design.md's Layout).
+    assert edges.get("longformer_fs.attention", set()) <= {"torch", DEVICES}
+
+
+def test_the_device_decisions_sit_beneath_everything(edges):
+    """``devices`` imports torch alone, and the rehearsal's watch nothing of ours but it; the
+    core asks ``devices`` (positive control: it does)."""
+    assert edges[DEVICES] == {"torch"}
+    assert edges["longformer_fs.rehearsal"] <= {"torch", DEVICES}
+    assert DEVICES in edges["longformer_fs.attention"]
+
+
+def test_only_the_device_module_asks_the_device_type():
+    """A branch on CUDA is asked of ``devices`` alone: no other module of the package names
+    ``is_cuda`` or compares a device type with ``"cuda"`` (``devices`` does, positive control)."""
+    pattern = re.compile(r"is_cuda|device\.type\s*[!=]=\s*[\"']cuda[\"']")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "longformer_fs").rglob("*.py"))
+        if path.name != "devices.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not offenders, offenders
+    assert pattern.search((ROOT / "longformer_fs" / "devices.py").read_text())
 
 
 def test_attention_core_imports_without_fairseq():

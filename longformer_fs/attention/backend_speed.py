@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from .. import devices
 from .backends import AUTO_ORDER, KINDS, why_not
 from .band import band_width
 from .functional import band_attention_with_lse
@@ -32,12 +33,12 @@ def median_time(
     warmup: int = 1,
     budget_s: float | None = None,
 ) -> float:
-    """Median wall time of ``fn()`` in seconds, synchronising CUDA around each call.
+    """Median wall time of ``fn()`` in seconds, synchronising the device around each call.
 
     ``budget_s`` caps the total time spent: slow configurations get fewer repeats.
     """
     device = torch.device(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
+    sync = devices.synchronize
     for _ in range(warmup):
         fn()
     sync(device)
@@ -74,8 +75,8 @@ def _spec(kind: str, shape: TimingShape) -> BandSpec:
 
 def candidates(device: torch.device, kind: str, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
     """The backends ``auto`` could take for calls of ``kind`` in ``dtype`` on ``device``."""
-    spec = _spec(kind, SHAPES.get(device.type, SHAPES["cpu"]))
-    order = AUTO_ORDER.get(device.type, AUTO_ORDER["cpu"])
+    spec = _spec(kind, SHAPES.get(devices.kind(device), SHAPES["cpu"]))
+    order = AUTO_ORDER.get(devices.kind(device), AUTO_ORDER["cpu"])
     return [name for name in order if why_not(name, spec, device, head_dim, dtype) is None]
 
 
@@ -108,7 +109,7 @@ def measure_backends(
 ) -> dict:
     """``{dtype: {kind: {backend: ms}}}`` for every candidate; a backend that fails to run
     is left out (and so never chosen)."""
-    shape = shape or SHAPES.get(device.type, SHAPES["cpu"])
+    shape = shape or SHAPES.get(devices.kind(device), SHAPES["cpu"])
     jobs = [
         (dtype, kind, name)
         for dtype in dtypes

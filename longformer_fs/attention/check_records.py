@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from .. import devices
+
 RECORDS = "kernel_checks.json"
 
 
@@ -35,10 +37,10 @@ def records_path() -> Path:
 
 
 def device_name(device: torch.device | str) -> str:
-    """What a record is keyed by: the GPU's name, or the CPU's."""
+    """What a record is keyed by: the GPU's name (a bare ``cuda``: the current one's), or the CPU's."""
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+    if devices.on_gpu(device):
+        return devices.gpu_name(device)
     return f"cpu {platform.machine()} {platform.processor() or ''}".strip()
 
 
@@ -71,19 +73,14 @@ def _record(device: str, build: str) -> dict | None:
     return load_records().get(record_key(device, build))
 
 
-def cuda_device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def record_for(device: torch.device, build: str) -> dict | None:
     """The record of this GPU (or CPU) and build, read once per process and file write."""
-    name = cuda_device_name(device) if device.type == "cuda" else device_name(device)
-    return _record(name, build)
+    return _record(device_name(device), build)
 
 
 def kernels_verified(device: torch.device, build: str) -> tuple[bool, str]:
     """Whether the CUDA kernels passed ``check`` on this GPU with this build, and why."""
-    name = cuda_device_name(device)
+    name = device_name(device)
     record = _record(name, build)
     if record is None:
         return False, (
@@ -101,7 +98,7 @@ def kernels_verified(device: torch.device, build: str) -> tuple[bool, str]:
 def check_failed(device: torch.device, build: str, backend: str) -> str | None:
     """Why ``auto`` should not trust ``backend`` on this GPU: its last ``check`` there failed
     (None: it passed, or was never checked)."""
-    name = cuda_device_name(device)
+    name = device_name(device)
     record = _record(name, build)
     if record is None or record.get("backends", {}).get(backend, True):
         return None

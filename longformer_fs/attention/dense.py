@@ -10,12 +10,61 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import devices
 from .softmax import masked_softmax_with_lse
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Scores and softmax run in fp32 at least (fp16 scores overflow; docs/design.md §1)."""
     return torch.promote_types(dtype, torch.float32)
+
+
+def _float32_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for half ``(N, n, k)`` and ``(N, k, m)``, accumulated into and returned in float32
+    by the matmul itself (``aten::bmm.dtype``): no float32 copy of either input."""
+    return torch.bmm(a, b, out_dtype=torch.float32)
+
+
+class _HalfScores(torch.autograd.Function):
+    """``q @ k^T * scale`` in float32 for half ``q`` ``(B, H, Tq, D)`` and ``k`` ``(B, H, Tk, D)``.
+
+    ``aten::bmm.dtype`` has no derivative (torch 2.11 to 2.14 register one for ``bmm`` only),
+    so it gets one here. The backward takes the scores' gradient in the inputs' precision,
+    as FlashAttention's backward takes ``dS``, and its two products accumulate in float32
+    inside the matmul: ``dq`` and ``dk`` come out in the inputs' dtype, with no float32 copy
+    of ``q`` in either pass.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, scale):
+        ctx.save_for_backward(q, k)
+        ctx.scale = scale
+        batch, heads, length, dim = q.shape
+        flat = _float32_product(
+            q.reshape(batch * heads, length, dim), k.transpose(-1, -2).reshape(batch * heads, dim, -1)
+        )
+        return flat.view(batch, heads, length, -1) * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k = ctx.saved_tensors
+        grad = (grad * ctx.scale).to(q.dtype)
+        dq = torch.matmul(grad, k) if ctx.needs_input_grad[0] else None
+        dk = torch.matmul(grad.transpose(-1, -2), q) if ctx.needs_input_grad[1] else None
+        return dq, dk, None
+
+
+def float32_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """``q @ k^T * scale`` in float32 or wider, ``(B, H, Tq, Tk)``, for ``q`` ``(B, H, Tq, D)`` and
+    ``k`` ``(B, H, Tk, D)``, differentiable.
+
+    Half inputs on a GPU (:func:`~longformer_fs.devices.fused_float32_products`) accumulate into
+    float32 inside the matmul, without a float32 copy of ``q``; elsewhere both are cast first.
+    """
+    dtype = compute_dtype(q.dtype)
+    if q.dtype != dtype and devices.fused_float32_products(q.device):
+        return _HalfScores.apply(q, k, scale)
+    return torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)) * scale
 
 
 def masked_attention(

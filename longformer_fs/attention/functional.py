@@ -7,11 +7,12 @@ Softmax runs in fp32 (or fp64) whatever the input dtype; padded query rows give 
 
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+from typing import Iterator, Sequence
 
 import torch
 
-from .backends import get_backend
+from .backends import backend_for, get_backend
 from .spec import BandSpec, PositionTerm
 from .validation import check_dilation, check_mask, check_qkv, check_scale, check_window
 
@@ -24,19 +25,60 @@ def band_attention_with_lse(
     spec: BandSpec,
     backend: str = "auto",
     position: PositionTerm | None = None,
+    prepared: object | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Band attention in heads-first layout, returning the log-normaliser too.
 
     Arguments are already validated; see :mod:`.backends` for the contract. Used by
     :class:`~longformer_fs.attention.layer.LongformerSelfAttention` to merge the band
     with global keys, and by language models that add a relative-position term
-    (``position``; then ``spec.relative`` must be True).
+    (``position``; then ``spec.relative`` must be True). ``prepared``: what the backend's
+    ``prepare`` built for this call (:func:`prepare_call`), or None.
     """
     if (position is not None) != spec.relative:
         raise ValueError("position: give a PositionTerm exactly when spec.relative is True")
     if q.shape[2] == 0:
         return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
-    return get_backend(backend, spec, q).fn(q, k, v, key_mask, spec, position)
+    chosen = get_backend(backend, spec, q)
+    if prepared is not None and chosen.prepare is not None:
+        return chosen.fn(q, k, v, key_mask, spec, position, prepared=prepared)
+    return chosen.fn(q, k, v, key_mask, spec, position)
+
+
+def prepare_call(
+    backend: str, spec: BandSpec, seq_len: int, padded: bool, device: torch.device, dtype: torch.dtype, head_dim: int
+) -> object | None:
+    """What ``backend`` (a name, or ``auto``) reads for a call of ``spec`` on ``seq_len`` tokens,
+    built now: a compiled layer builds it before its graph runs and hands it to the call as
+    ``prepared`` (traced inside, it would be built again at every call). None: nothing to build."""
+    chosen = backend_for(backend, spec, device, dtype, head_dim)
+    return None if chosen.prepare is None else chosen.prepare(seq_len, spec, padded, device)
+
+
+class PreparesBand:
+    """A layer whose band call can be prepared before a compiled region runs it
+    (:func:`prepare_call`): it says its call's :meth:`band_spec`, and its forward hands
+    ``self.prepared_band`` to :func:`band_attention_with_lse`."""
+
+    prepared_band: object | None = None  # set only inside band_prepared
+    backend: str
+    head_dim: int
+
+    def band_spec(self, seq_len: int) -> BandSpec:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def band_prepared(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> Iterator[None]:
+        """Inside, the next forward on ``x`` ``(T, B, C)`` takes its band's per-kind inputs
+        (flex's tile lists) built here, before the compiled graph that runs it."""
+        spec = self.band_spec(x.shape[0])
+        self.prepared_band = prepare_call(
+            self.backend, spec, x.shape[0], key_padding_mask is not None, x.device, x.dtype, self.head_dim
+        )
+        try:
+            yield
+        finally:
+            self.prepared_band = None
 
 
 def banded_attention(

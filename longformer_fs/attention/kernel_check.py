@@ -27,6 +27,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from .. import devices
 from . import check_records
 from .backends import flash as flash_backend
 from .backends import forget_choices
@@ -90,6 +91,7 @@ class CaseResult:
     passed: bool
     backend: str = "kernel"
     dropout: float = 0.0
+    error: str | None = None  # what the backend raised, when it could not compute the case
 
 
 @dataclass
@@ -201,23 +203,35 @@ def check_case(
             return dropped_reference(q_, k_, v_, mask_, spec_, draws["keep"].cpu())
 
     got = _run(fn, on_device(q), on_device(k), on_device(v), device_mask, device_position, spec, grads)
+    name = case.name + (f" dropout={dropout:g}" if dropout else "")
+    tolerance = TOLERANCES[dtype]
+    if devices.rehearsing(device):  # the rehearsal's tensors hold no values: the calls ran, nothing to compare
+        return CaseResult(name, str(dtype).replace("torch.", ""), {}, tolerance, True, backend, dropout)
     expected = _run(reference, q, k, v, key_mask, position, spec, grads)  # after: a dropout's draw is known
     rows = torch.ones(q.shape[0], q.shape[2], dtype=torch.bool) if key_mask is None else ~key_mask
     errors = {}
-    for name, want in expected.items():
-        have = got[name].detach().to("cpu", torch.float64)
-        if name in ("out", "lse", "dq", "dpos_query"):  # padded query rows are the caller's to zero
+    for output, want in expected.items():
+        have = got[output].detach().to("cpu", torch.float64)
+        if output in ("out", "lse", "dq", "dpos_query"):  # padded query rows are the caller's to zero
             mask = rows[:, None, :, None] if want.dim() == 4 else rows[:, None, :]
             want, have = want * mask, have * mask
-        errors[name] = float((have - want).abs().max()) if want.numel() else 0.0
+        errors[output] = float((have - want).abs().max()) if want.numel() else 0.0
         if not torch.isfinite(have).all():
-            errors[name] = float("inf")
-    tolerance = TOLERANCES[dtype]
+            errors[output] = float("inf")
     # Gradients sum over the window: scale the tolerance with the magnitude they reach.
-    scale = {name: max(1.0, float(want.abs().max())) for name, want in expected.items()}
-    passed = all(err <= tolerance * scale[name] for name, err in errors.items())
-    name = case.name + (f" dropout={dropout:g}" if dropout else "")
+    scale = {output: max(1.0, float(want.abs().max())) for output, want in expected.items()}
+    passed = all(err <= tolerance * scale[output] for output, err in errors.items())
     return CaseResult(name, str(dtype).replace("torch.", ""), errors, tolerance, passed, backend, dropout)
+
+
+def _checked(case: Case, dtype: torch.dtype, device: torch.device, seed: int, backend: str, dropout: float):
+    """:func:`check_case`, or a failed result naming what the backend raised."""
+    try:
+        return check_case(case, dtype, device, seed, backend, dropout)
+    except Exception as err:  # noqa: BLE001 (any failure of the backend is the check's finding)
+        name = case.name + (f" dropout={dropout:g}" if dropout else "")
+        error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+        return CaseResult(name, str(dtype).replace("torch.", ""), {}, TOLERANCES[dtype], False, backend, dropout, error)
 
 
 def jobs_for(device: torch.device, dtypes: Iterable[torch.dtype], cases: Iterable[Case]) -> list[tuple]:
@@ -226,7 +240,7 @@ def jobs_for(device: torch.device, dtypes: Iterable[torch.dtype], cases: Iterabl
     the position term, in half precision, without and with dropout."""
     dtypes, cases = list(dtypes), list(cases)
     jobs = [(case, dtype, "kernel", 0.0) for dtype in dtypes for case in cases]
-    if device.type == "cuda" and flash_backend.unavailable_reason() is None:
+    if devices.on_gpu(device) and flash_backend.unavailable_reason() is None:
         jobs += [
             (case, dtype, "flash", dropout)
             for dropout in FLASH_DROPOUTS
@@ -244,11 +258,15 @@ def run_check(
     cases: Iterable[Case] = CASES,
     progress: Callable[[Iterable], Iterable] = lambda it: it,
 ) -> CheckReport:
-    """Every case in every dtype (and ``flash``'s, on CUDA); the report says what passed."""
+    """Every case in every dtype (and ``flash``'s, on CUDA); the report says what passed.
+
+    A case whose backend raises is a failed case with the error: on a GPU that is a backend
+    ``auto`` must pass over, not a check that stops.
+    """
     device = torch.device(device)
     jobs = jobs_for(device, dtypes, cases)
     results = [
-        check_case(case, dtype, device, seed, backend, dropout)
+        _checked(case, dtype, device, seed, backend, dropout)
         for seed, (case, dtype, backend, dropout) in enumerate(progress(jobs))
     ]
     return CheckReport(

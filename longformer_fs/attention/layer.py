@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from .backends import get_backend
 from .band import in_band
-from .dense import compute_dtype
-from .functional import band_attention_with_lse
+from .dense import float32_scores
+from .functional import PreparesBand, band_attention_with_lse
 from .softmax import masked_softmax_with_lse, merge_attention
 from .spec import BandSpec
 from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
@@ -126,20 +126,7 @@ def band_reaches(offset: torch.Tensor, window: int, dilations: tuple[int, ...], 
     return torch.cat([per_dilation[d] for d in dilations], dim=1)
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``q @ k^T * scale`` in float32 or wider, ``(B, H, Tq, Tk)``, without a float32 copy of
-    ``q``: half inputs on CUDA accumulate into float32 directly."""
-    dtype = compute_dtype(q.dtype)
-    if q.dtype != dtype and q.is_cuda and hasattr(torch.ops.aten.bmm, "dtype"):
-        batch, heads, length, dim = q.shape
-        flat = torch.bmm(
-            q.reshape(batch * heads, length, dim), k.transpose(-1, -2).reshape(batch * heads, dim, -1), out_dtype=dtype
-        )
-        return flat.view(batch, heads, length, -1) * scale
-    return torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)) * scale
-
-
-class LongformerSelfAttention(nn.Module):
+class LongformerSelfAttention(PreparesBand, nn.Module):
     """Longformer self-attention over fairseq's ``(T, B, C)`` layout.
 
     Args:
@@ -240,8 +227,8 @@ class LongformerSelfAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        spec = BandSpec(self.window, self.dilations, self.causal, self.scale, dropout_p)
-        out, lse = band_attention_with_lse(q, k, v, pad, spec, self.backend)
+        spec = self.band_spec(seq_len)
+        out, lse = band_attention_with_lse(q, k, v, pad, spec, self.backend, prepared=self.prepared_band)
 
         bias = self.out_proj.bias
         if tokens is not None:
@@ -252,6 +239,10 @@ class LongformerSelfAttention(nn.Module):
             out = out.masked_fill(pad[:, None, :, None], 0.0)
         out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, self.embed_dim).to(x.dtype)
         return F.linear(out, self.out_proj.weight, bias)
+
+    def band_spec(self, seq_len: int) -> BandSpec:
+        """The band call of a forward on ``seq_len`` tokens (dropout in training only)."""
+        return BandSpec(self.window, self.dilations, self.causal, self.scale, self.dropout if self.training else 0.0)
 
     def global_projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
         return self.q_proj_global, self.k_proj_global, self.v_proj_global
@@ -283,7 +274,7 @@ class LongformerSelfAttention(nn.Module):
         if self.causal:
             allowed = allowed & (offset <= 0)
         k_glob, v_glob = k[batch_idx, :, index].transpose(1, 2), v[batch_idx, :, index].transpose(1, 2)
-        probs, lse_g = masked_softmax_with_lse(_scores(q, k_glob, self.scale), allowed)
+        probs, lse_g = masked_softmax_with_lse(float32_scores(q, k_glob, self.scale), allowed)
         if dropout_p > 0:
             probs = F.dropout(probs, dropout_p)
         out_g = torch.matmul(probs, v_glob.to(probs.dtype))  # (B, H, T, D), the merge's precision

@@ -23,13 +23,13 @@ import torch.nn as nn
 
 from .cache import BandCache
 from .dense import compute_dtype
-from .functional import band_attention_with_lse
+from .functional import PreparesBand, band_attention_with_lse
 from .relative import band_distances, head_distances, sinusoid
 from .spec import BandSpec, PositionTerm
 from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
 
 
-class RelativeBandSelfAttention(nn.Module):
+class RelativeBandSelfAttention(PreparesBand, nn.Module):
     """Band self-attention with relative positions over ``(T, B, C)`` inputs.
 
     Args:
@@ -83,6 +83,14 @@ class RelativeBandSelfAttention(nn.Module):
         embedded = sinusoid(distances, self.embed_dim).to(weight)
         return torch.einsum("hnc,hdc->hnd", embedded, weight)
 
+    def band_spec(self, seq_len: int) -> BandSpec:
+        """The band call of a forward on ``seq_len`` tokens: the window clamped to ``T - 1``
+        (columns past it only reach outside the sequence for every head: a long window, 8192
+        in phase 1's top layer, would cost 8193 columns at any length); dropout in training."""
+        window = min(self.window, max(seq_len - 1, 0))
+        dropout = self.dropout if self.training else 0.0
+        return BandSpec(window, self.dilations, self.causal, self.head_dim**-0.5, dropout, relative=True)
+
     def reach(self) -> int:
         """How many positions back the layer's queries look: ``w * max(d)``."""
         return self.window * max(self.dilations)
@@ -110,19 +118,11 @@ class RelativeBandSelfAttention(nn.Module):
                 out = torch.cat([self._step(q[:, :, i : i + 1], k, v, i, cache) for i in range(seq_len)], dim=2)
                 return self.out_proj(out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels).to(x.dtype))
             cache.store(k, v)  # the first tokens (a prompt): the whole band at once, below
-        # Columns past T - 1 only reach outside the sequence for every head: leave them out,
-        # or a long window (8192 in phase 1's top layer) would cost 8193 columns at any length.
-        window = min(self.window, max(seq_len - 1, 0))
-        spec = BandSpec(
-            window,
-            self.dilations,
-            self.causal,
-            self.head_dim**-0.5,
-            self.dropout if self.training else 0.0,
-            relative=True,
+        spec = self.band_spec(seq_len)
+        position = PositionTerm(q + self.position_bias[:, None], self.position_table(spec.window))
+        out, _ = band_attention_with_lse(
+            q + self.content_bias[:, None], k, v, pad, spec, self.backend, position, self.prepared_band
         )
-        position = PositionTerm(q + self.position_bias[:, None], self.position_table(window))
-        out, _ = band_attention_with_lse(q + self.content_bias[:, None], k, v, pad, spec, self.backend, position)
         if pad is not None:
             out = out.masked_fill(pad[:, None, :, None], 0.0)
         out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels).to(x.dtype)

@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from tqdm import tqdm
 
+from .. import devices
 from ..attention import available_backends, banded_attention
 from ..attention.backends import BACKENDS, flex
 from ..attention.band import band_mask
@@ -111,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-dim", type=int, default=64, help="head dimension D")
     parser.add_argument("--batch", type=int, default=1, help="batch size B")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=devices.default_device())
     parser.add_argument(
         "--threads",
         type=int_list,
@@ -162,10 +163,11 @@ def _allow_recompiles() -> None:
 
 
 @lru_cache(maxsize=None)
-def _compiled_flex_attention():
-    """torch's ``flex_attention``, compiled for each shape, as a user would."""
+def _compiled_flex_attention(compiler: str):
+    """torch's ``flex_attention``, compiled for each shape, as a user would (by ``compiler``:
+    :func:`~longformer_fs.devices.compiler`)."""
     _allow_recompiles()
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, backend=compiler, dynamic=False)
 
 
 def _spec(case: Case, heads: int, head_dim: int) -> BandSpec:
@@ -220,7 +222,7 @@ def _peer_block_mask(seq_len: int, window: int, dilation: int, causal: bool, dev
 def _flexattention_peer(case: Case, q, k, v) -> Callable[[], torch.Tensor]:
     """What a user writes with FlexAttention alone: the upper bound the flex backend is held to."""
     block_mask = _peer_block_mask(case.seq_len, case.window, case.dilation, case.causal, str(q.device))
-    attend = _compiled_flex_attention()
+    attend = _compiled_flex_attention(devices.compiler(q.device))
     return lambda: attend(q, k, v, block_mask=block_mask, scale=q.shape[-1] ** -0.5)
 
 
@@ -262,12 +264,14 @@ def make_call(impl: str, case: Case, q, k, v) -> Callable[[], torch.Tensor]:
 
 
 def _available_memory(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    free = devices.free_memory_bytes(device)
+    return free if free is not None else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _skip_reason(impl: str, case: Case, args) -> str | None:
+    if impl in BACKENDS:  # e.g. flash in float32: a row saying why, not an error
+        dtype, device = getattr(torch, args.dtype), torch.device(args.device)
+        return BACKENDS[impl].limitation(_spec(case, args.heads, args.head_dim), device, args.head_dim, dtype)
     if impl not in DENSE:
         return None
     if case.seq_len > args.dense_max_len:
@@ -344,7 +348,7 @@ def time_split(impl: str, case: Case, args, top: int = 8, steps: int = 5) -> lis
     """
     from statistics import median
 
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
     device = torch.device(args.device)
     q, k, v, forward_only = _inputs(impl, case, args)
@@ -356,15 +360,14 @@ def time_split(impl: str, case: Case, args, top: int = 8, steps: int = 5) -> lis
             out.float().sum().backward()
 
     whole = {"name": "(whole step)", "ms": 1e3 * median_time(step, device, repeat=5), "calls": 1}  # warm-up compiles
-    cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    cuda = devices.runs_kernels(device)
+    activities = devices.profiler_activities(device)
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     per_step: list[dict[str, tuple[float, int]]] = []  # operator -> (ms, calls), one dict a step
     for _ in range(steps):
         with profile(activities=activities) as prof:
             step()
-            if cuda:
-                torch.cuda.synchronize(device)
+            devices.synchronize(device)
         per_step.append({e.key: (getattr(e, key) / 1e3, e.count) for e in prof.key_averages() if getattr(e, key) > 0})
     rows = []
     for name in {name for seen in per_step for name in seen}:
@@ -497,7 +500,7 @@ def main(args: argparse.Namespace) -> int:
     print(title)
     peak = matmul_gflops(args.device, getattr(torch, args.dtype), top)
     print(f"dense matmul reference: {peak:.0f} GFLOP/s with {top} thread(s)")
-    baseline = args.baseline or ("flexattention" if torch.device(args.device).type == "cuda" else "kernel")
+    baseline = args.baseline or ("flexattention" if devices.on_gpu(args.device) else "kernel")
     print(f"ratios: forward+backward time over {baseline}'s (forward only where there is no backward)")
     print("work: query-key pairs computed, from the tiles each visits, over the band's pairs")
     for part in ("scaling", "variants"):

@@ -27,6 +27,7 @@ from fairseq.data import Dictionary
 from fairseq.models.bart.model import BARTModel, bart_base_architecture
 from tqdm import tqdm
 
+from .. import devices
 from ..conventions import BOS, EOS
 from ..models.led import LEDModel, led_base_architecture
 from ..recipes import RECIPES
@@ -140,7 +141,7 @@ def step_measurement(
     # On GPU one warm-up step: the first compiles FlexAttention's kernels. With compiled
     # layers two: a shape's first two steps compile the layers (static, then dynamic), and
     # timing starts after them (warmup_steps).
-    warmup = warmup_steps(device, compile_layers, 1 if torch.device(device).type == "cuda" else 0)
+    warmup = warmup_steps(device, compile_layers, 1 if devices.on_gpu(device) else 0)
     figures = measure_step(step, model, device, repeat, warmup, saved_tensors)
     return {"step_s": figures["step_s"], "tokens_per_s": source_len / figures["step_s"], **figures}
 
@@ -158,7 +159,7 @@ def encoder_measurement(
         with torch.inference_mode(), autocast(device, precision):
             model.encoder(src, src_lengths=lengths)
 
-    seconds = median_time(read, device, repeat=1, warmup=1 if torch.device(device).type == "cuda" else 0)
+    seconds = median_time(read, device, repeat=1, warmup=1 if devices.on_gpu(device) else 0)
     peak = peak_memory_bytes(read, device)
     return {"read_s": seconds, "tokens_per_s": source_len / seconds, "peak_gib": peak / 2**30}
 

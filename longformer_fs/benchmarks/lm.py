@@ -34,6 +34,7 @@ from fairseq.data import Dictionary
 from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
 from tqdm import tqdm
 
+from .. import devices
 from ..conventions import PAD, byte_symbol
 from ..modules.char_lm_decoder import DecoderShape, LongformerDecoder
 from ..modules.per_layer import dilation_pattern, layer_values
@@ -181,7 +182,7 @@ def measure(
         # Two warm-up steps on GPU: the first compiles FlexAttention's kernels, and with compiled
         # layers a shape's first two steps compile them (static, then dynamic): timing starts
         # after both.
-        warmup = 2 if torch.device(device).type == "cuda" else 1
+        warmup = 2 if devices.on_gpu(device) else 1
         figures = measure_step(step, model, device, repeat, warmup, saved_tensors)
     except (RuntimeError, MemoryError) as err:  # out of memory is a result, not a crash
         return {"error": str(err).splitlines()[0][:120]}

@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from .. import devices
 from ..attention.backend_speed import median_time  # noqa: F401 (the calibration's timer, every bench's too)
 
 
@@ -71,13 +72,13 @@ def cpu_peak(prof: profile) -> int:
 def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
     """Peak bytes of tensor memory allocated while ``fn()`` runs, above what was live before."""
     device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
+    if devices.runs_kernels(device):
+        devices.synchronize(device)
+        devices.reset_peak_memory(device)
+        base = devices.allocated_bytes(device)
         fn()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - base
+        devices.synchronize(device)
+        return devices.peak_allocated_bytes(device) - base
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     with quiet_native_stderr():
@@ -130,7 +131,7 @@ def add_device_arguments(parser, precision: bool = True) -> None:
     Without ``precision``, ``--device`` alone: a bench that trains as a recipe takes its
     precision flags from :func:`.recipe_training.add_training_arguments` instead.
     """
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--device", default=devices.default_device(), help="cpu, cuda or cuda:N")
     if not precision:
         return
     group = parser.add_mutually_exclusive_group()
@@ -147,16 +148,15 @@ def precision_of(args) -> str:
 
 def check_device(device: str, precision: str) -> None:
     """Refuse a half ``precision`` off CUDA, and a CUDA ``device`` where none is visible."""
-    if precision != "fp32" and torch.device(device).type != "cuda":
+    if precision != "fp32" and not devices.on_gpu(device):
         raise ValueError(f"--{precision} needs --device cuda")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+    if devices.on_gpu(device) and not devices.cuda_runtime():
         raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
 
 
 def autocast(device: torch.device | str, precision: str):
     """The context a training step of ``precision`` runs its forward in (HF's Trainer: autocast)."""
-    dtype = PRECISIONS[precision]
-    return contextlib.nullcontext() if dtype is None else torch.autocast(torch.device(device).type, dtype=dtype)
+    return devices.autocast(device, PRECISIONS[precision])
 
 
 def cast_as_fairseq(model: torch.nn.Module, precision: str) -> torch.nn.Module:

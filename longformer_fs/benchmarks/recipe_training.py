@@ -14,8 +14,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-import torch
-
+from .. import devices
 from ..precision import unsupported_precision
 from .measure import check_device
 
@@ -166,13 +165,13 @@ def recipe_training(
             raise ValueError(f"{flag}: expected a probability in [0, 1), got {given[name]:g}")
     if precision is not None:
         check_device(device, precision)
-    elif torch.device(device).type == "cuda":
+    elif devices.on_gpu(device):
         check_device(device, "fp32")
     needed = [name for name, value in given.items() if value is None and name != "compile_layers"]
     settings = recipe_settings(recipe) if needed else {"precision": precision}
     recipe_precision = settings["precision"]
     if precision is None:  # the recipe's, fitted to the device as FitToDevice fits a recipe's run
-        common = {recipe_precision: recipe_precision != "fp32", "cpu": torch.device(device).type != "cuda"}
+        common = {recipe_precision: recipe_precision != "fp32", "cpu": not devices.on_gpu(device)}
         precision = "fp32" if unsupported_precision(common)[0] else recipe_precision
     try:
         shown = str(Path(recipe).resolve().relative_to(Path(__file__).resolve().parents[2]))
@@ -187,7 +186,7 @@ def recipe_training(
         checkpoint_activations=bool(
             checkpoint_activations if checkpoint_activations is not None else settings["checkpoint_activations"]
         ),
-        compile_layers=bool(compile_layers if compile_layers is not None else torch.device(device).type == "cuda"),
+        compile_layers=bool(compile_layers if compile_layers is not None else devices.on_gpu(device)),
         overridden=tuple(name for name, value in given.items() if value is not None),
     )
 
@@ -211,4 +210,4 @@ def warmup_steps(device: str, compile_layers: bool, steps: int) -> int:
     """Warm-up steps before a bench times ``steps`` of them eagerly: at least two on CUDA
     with compiled layers, since a shape's first two steps compile them (static, then
     dynamic shapes) and timing starts after both."""
-    return max(steps, 2) if compile_layers and torch.device(device).type == "cuda" else steps
+    return max(steps, 2) if compile_layers and devices.on_gpu(device) else steps

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from data_prep.char_corpus import write_dataset
 
+from .. import devices
 from ..recipes import phase_settings
 from . import int_list as _int_list
 from . import write_results
@@ -77,7 +77,7 @@ def train_command(data: Path, save: Path, args, processes: int) -> list[str]:
         "--dropout", "0.0", "--disable-validation", "--no-save", "--num-workers", "0",
         "--log-format", "json", "--log-interval", "1", "--save-dir", str(save),
     ]  # fmt: skip
-    if not torch.cuda.is_available():
+    if not devices.cuda_runtime():
         train.append("--cpu")
     if processes == 1:
         return [str(Path(sys.executable).parent / "fairseq-train"), *train]
@@ -139,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
     needed = max(args.processes) * (args.updates + args.warmup + 1)
     data = make_corpus(args.out / "data", args.seq_len, needed)
     rows = [run(n, data, args) for n in tqdm(args.processes, desc="bench scale", unit="run")]
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
+    device = devices.gpu_name("cuda:0") if devices.cuda_runtime() else f"CPU, {os.cpu_count()} cores"
     layers = args.layers or phase_settings("small", 1).model["decoder_layers"]
     print(
         f"longformer_lm_small ({layers} layers), {args.seq_len} characters per sequence, one sequence per "

@@ -18,8 +18,9 @@ from collections import Counter
 from typing import Callable, Iterator
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import profile, record_function
 
+from .. import devices
 from ..attention.calls import backend_calls
 from .measure import cpu_peak, event_name, median_time, quiet_native_stderr
 
@@ -159,29 +160,28 @@ def instrumented_step(
         are the tensor memory above what was live before, as :func:`.measure.peak_memory_bytes`.
     """
     device = torch.device(device)
-    cuda = device.type == "cuda"
+    cuda = devices.runs_kernels(device)
     before = dynamo_totals()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    activities = devices.profiler_activities(device)
     # On CPU the peak comes from the profiler's allocation events, on CUDA from the allocator.
-    # The Python frames (with_stack) say where syncs and copies come from.
-    prof = profile(activities=activities, profile_memory=not cuda, with_stack=True)
-    base = 0
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
+    # The Python frames (with_stack) say where syncs and copies come from. A rehearsal's watch
+    # names those sites itself (longformer_fs.rehearsal), and its Python runs at every op: with
+    # the frames recorded too, a toy step's profile would take minutes to read.
+    prof = profile(activities=activities, profile_memory=not cuda, with_stack=not devices.rehearsing(device))
+    devices.synchronize(device)
+    devices.reset_peak_memory(device)
+    base = devices.allocated_bytes(device)
     with quiet_native_stderr():
         prof.__enter__()
     try:
         with backend_calls() as calls, dynamo_compiles() as compiled:
             with record_function(_STEP):
                 step()
-            if cuda:  # inside the profile, so that every kernel of the step is in it
-                torch.cuda.synchronize(device)
+            devices.synchronize(device)  # inside the profile, so that every kernel of the step is in it
     finally:
         with quiet_native_stderr():
             prof.__exit__(None, None, None)
-    peak = torch.cuda.max_memory_allocated(device) - base if cuda else cpu_peak(prof)
+    peak = devices.peak_allocated_bytes(device) - base if cuda else cpu_peak(prof)
     found = step_events(StepEvents(prof.profiler.kineto_results.events()), cuda, top)
     dynamo = {
         "in_step": compiled,

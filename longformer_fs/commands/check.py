@@ -9,6 +9,7 @@ import json
 import torch
 from tqdm import tqdm
 
+from .. import devices
 from ..attention.backend_speed import SHAPES, measure_backends
 from ..attention.backends import KINDS, choose_backend
 from ..attention.kernel_check import CASES, run_check, save_report
@@ -55,14 +56,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
-    if device.type not in ("cuda", "cpu"):
+    if device.type == "meta" and devices.rehearsing(device):
+        pass  # the rehearsal's GPU (longformer-fs report --rehearse)
+    elif device.type not in ("cuda", "cpu"):
         raise ValueError(f"--device: expected cuda, cuda:N or cpu, got {args.device!r}")
+    elif devices.on_gpu(device) and not devices.cuda_runtime():
+        raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
     report = run_check(device, args.dtypes, CASES, lambda jobs: tqdm(jobs, desc="check", unit="case"))
     path = save_report(report)  # first: timing takes the kernels as candidates only once this passed
     timings = {}
-    if args.timing or (args.timing is None and device.type == "cuda"):
+    if args.timing or (args.timing is None and devices.on_gpu(device)):
         timings = measure_backends(device, args.dtypes, progress=lambda jobs: tqdm(jobs, desc="timing", unit="run"))
         path = save_report(report, timings)
     if args.json:
@@ -82,6 +85,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"{report.device}, extension build {report.build}, torch {report.torch}")
         print(f"{'case':<44} {'dtype':<9} {'worst output':<12} {'error':>9} {'tolerance':>9}  result")
         for r in report.results:
+            if r.error is not None:
+                print(f"{r.case:<44} {r.dtype:<9} {'-':<12} {'-':>9} {r.tolerance:>9.0e}  FAIL ({r.error})")
+                continue
             worst = max(r.errors, key=lambda name: r.errors[name])
             print(
                 f"{r.case:<44} {r.dtype:<9} {worst:<12} {r.errors[worst]:>9.2e} {r.tolerance:>9.0e}  "

@@ -22,12 +22,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from data_prep.demo_corpus import prepare_demo
 
+from .. import devices
 from ..evaluation.char_lm import score_checkpoint
 from ..recipes import RECIPES, char_lm_dir, phase_settings
 
@@ -103,7 +103,7 @@ def run_phase(toy: ToyPhase, updates: int, data: Path, ckpt: Path, log: Path) ->
     ]
     if phase > 1:
         cmd.append(f"checkpoint.finetune_from_model={ckpt / f'phase{phase - 1}' / 'checkpoint_last.pt'}")
-    if not torch.cuda.is_available():
+    if not devices.cuda_runtime():
         cmd.append("common.cpu=true")
     cmd += toy.overrides(updates)
     root = RECIPES.parent

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
+from .. import devices
 from ..environment import collect
 
 
@@ -16,10 +18,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "NVIDIA apex's fused kernels fairseq would use."
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="answer for an sm90 GPU that `check` never measured, on this machine (the rehearsal's GPU: "
+        "longformer_fs.devices): what `auto` would take there, without one",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    report = collect()
+    with devices.rehearsal() if args.rehearse else contextlib.nullcontext():
+        report = collect()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -43,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {name:<14} {b['summary']}; {state}")
     print("auto chooses")
     for call, choice in report["auto"].items():
-        print(f"  {call:<22} {choice['reason']}")
+        print(f"  {call:<30} {choice['reason']}")
     for gpu, timings in report["measured"].items():
         if not timings:
             print(f"{gpu}: no backend timings for this build; `longformer-fs check --device cuda` measures them")

@@ -187,10 +187,10 @@ def comma_triple(convert: Callable, valid: Callable[[tuple], bool], expected: st
 
 
 def default_device() -> str:
-    """``cuda`` when torch sees a CUDA device, else ``cpu``."""
-    import torch
+    """``cuda`` when torch sees a CUDA device, else ``cpu`` (:func:`longformer_fs.devices.default_device`)."""
+    from .. import devices
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return devices.default_device()
 
 
 def add_device_argument(parser: argparse.ArgumentParser, help: str | None = None) -> None:

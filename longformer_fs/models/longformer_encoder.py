@@ -68,6 +68,10 @@ class LongformerEncoderLayer(TransformerEncoderLayerBase):
         self.window, self.dilation, self.causal, self.max_global = window, dilation, causal, max_global
         super().__init__(cfg)
 
+    def prepare_compiled(self, x, encoder_padding_mask=None, attn_mask=None):
+        """Around a compiled forward: the attention's band inputs, built outside its graph."""
+        return self.self_attn.band_prepared(x, encoder_padding_mask)
+
     def build_self_attention(self, embed_dim, cfg):
         return FairseqLongformerAttention(
             embed_dim, cfg.encoder.attention_heads, self.window, self.dilation, self.causal,

@@ -62,6 +62,10 @@ class DecoderBlock(nn.Module):
         self.fc2 = nn.Linear(shape.ffn_dim, shape.embed_dim)
         self.dropout = dropout
 
+    def prepare_compiled(self, x: torch.Tensor, pad: torch.Tensor | None, cache: BandCache | None = None):
+        """Around a compiled forward: the attention's band inputs, built outside its graph."""
+        return self.attn.band_prepared(x, pad)  # the attention's input has x's shape, dtype and device
+
     @compiled_in_training
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None, cache: BandCache | None = None) -> torch.Tensor:
         x = x + F.dropout(self.attn(self.attn_norm(x), pad, cache), self.dropout, self.training)

@@ -16,23 +16,26 @@ data-dependent shape (``--max-global-tokens``, or the count a task's batches car
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Callable
 
 import torch
 
-# What compiles the layers; the tests trace with "aot_eager" (dynamo and AOTAutograd as
-# inductor receives them, without its code generation).
-BACKEND = "inductor"
+from .. import devices
+
+# What compiles the layers: None for the device's compiler (longformer_fs.devices.compiler:
+# inductor, or aot_eager in a rehearsal); the tests put a graph-counting backend here.
+BACKEND = None
 # Graphs a layer setting may take (static, dynamic, and each for grad mode and dtype):
 # dynamo's recompile limit is raised to this many per distinct setting of a model.
 GRAPHS_PER_SETTING = 4
 
 
 @functools.cache
-def compiled(forward: Callable) -> Callable:
-    """``forward`` (a layer class's unbound forward) compiled once per process."""
-    return torch.compile(forward, backend=BACKEND)
+def compiled(forward: Callable, backend) -> Callable:
+    """``forward`` (a layer class's unbound forward) compiled once per process and compiler."""
+    return torch.compile(forward, backend=backend)
 
 
 def allow_graphs(settings: int) -> None:
@@ -46,7 +49,13 @@ def allow_graphs(settings: int) -> None:
 def compiled_in_training(forward: Callable) -> Callable:
     """Decorate a layer type's forward: compiled (one function for the type) while a layer of
     it trains with ``compile_layers``, eager otherwise. The layer's ``compile_layers``
-    attribute is set by the model that builds it (False when absent)."""
+    attribute is set by the model that builds it (False when absent).
+
+    A layer may define ``prepare_compiled(*args, **kwargs)``, a context entered around each
+    compiled call with the call's arguments: there its attention builds what its backend reads
+    once per geometry (flex's tile lists, :meth:`~longformer_fs.attention.functional.PreparesBand.band_prepared`),
+    which the graph then takes as an input. Traced inside, it would be built again, on the
+    host and copied to the device, at every call."""
 
     @functools.wraps(forward)
     def layer_forward(self, *args, **kwargs):
@@ -55,7 +64,10 @@ def compiled_in_training(forward: Callable) -> Callable:
             # and fairseq hands its first layer a transposed view, the others fresh tensors.
             args = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in args]
             kwargs = {k: x.contiguous() if isinstance(x, torch.Tensor) else x for k, x in kwargs.items()}
-            return compiled(forward)(self, *args, **kwargs)
+            device = next((x.device for x in args if isinstance(x, torch.Tensor)), None)
+            prepare = getattr(self, "prepare_compiled", None)
+            with prepare(*args, **kwargs) if prepare is not None else contextlib.nullcontext():
+                return compiled(forward, BACKEND or devices.compiler(device))(self, *args, **kwargs)
         return forward(self, *args, **kwargs)
 
     return layer_forward

@@ -29,6 +29,9 @@ from . import parts, recipe_runs
 from .document import rest_command, write_report
 from .runner import Context, Part, run_all, run_part
 
+# Why a rehearsal skips the recipes: they train through make, in processes the rehearsal's
+# device does not reach. tests/training/test_rehearsal.py rehearses each recipe's steps instead.
+RECIPE_PROCESSES = "the recipe trains through make, in processes of its own (its steps are rehearsed by the tests)"
 # Cheapest first, by what each took on an NVIDIA H200 (a5ab877; lm and the recipes, which
 # the first GPU run did not reach, by estimate), so that a short budget still brings back
 # the most. Most of each GPU part is torch.compile's time, not the measurement's; the
@@ -45,7 +48,8 @@ PARTS = [
          "recipe trains; a profile of each step", 150, 90, 20, parts.led),
     Part("led_train_64k", "longest document", "one LED-base training step at 64K source tokens, bf16, the LED "
          "recipe's dropout, activation checkpointing", 150, 60, 20, parts.led_train_64k),
-    Part("cuda_tests", "verify", "the tests CI skips without a GPU (`pytest -m gpu`)", 90, 90, 10, parts.cuda_tests),
+    Part("cuda_tests", "verify", "the tests CI skips without a GPU (`pytest -m gpu`)", 90, 90, 10, parts.cuda_tests,
+         not_rehearsed="pytest runs in a process of its own, and the tests need a GPU"),
     Part("oracle", "verify", "every backend's layer against the float64 dense oracle, forward and backward, in "
          "float32 and bf16: dilated, causal, global and padded", 150, 90, 10, parts.oracle),
     Part("attention", "attention speed", "forward + backward at 4K, 16K, 64K: kernel, flex, dense SDPA, "
@@ -54,13 +58,13 @@ PARTS = [
          "with causal SDPA) at 16K characters, as the char-LM recipe trains; a profile of each step",
          240, 60, 20, parts.lm),
     Part("text8", "recipes", "`make text8-phase1` at toy size, then the character LM's hub on the device",
-         90, 90, 30, recipe_runs.text8),
+         90, 90, 30, recipe_runs.text8, not_rehearsed=RECIPE_PROCESSES),
     Part("finetune_triviaqa", "recipes", "`make finetune-triviaqa` at toy size, then the QA hub on the device",
-         120, 120, 30, recipe_runs.finetune_triviaqa),
+         120, 120, 30, recipe_runs.finetune_triviaqa, not_rehearsed=RECIPE_PROCESSES),
     Part("mlm_base", "recipes", "`make mlm-base` at toy size from a RoBERTa release, then `fill_mask` on the device",
-         120, 120, 30, recipe_runs.mlm_base),
+         120, 120, 30, recipe_runs.mlm_base, not_rehearsed=RECIPE_PROCESSES),
     Part("summarize_arxiv", "recipes", "`make summarize-arxiv` at toy size from a BART release, then the LED hub "
-         "on the device", 150, 150, 40, recipe_runs.summarize_arxiv),
+         "on the device", 150, 150, 40, recipe_runs.summarize_arxiv, not_rehearsed=RECIPE_PROCESSES),
 ]  # fmt: skip
 PART_NAMES = [part.name for part in PARTS]
 
@@ -76,12 +80,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--toy", action="store_true", help="shrink every size so that the whole report runs on a CPU in minutes"
     )
     parser.add_argument("--parts", default="all", help=f"comma-separated parts to run, of: {', '.join(PART_NAMES)}")
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="rehearse the GPU run on this machine: every part on the meta device, taking each decision an sm90 "
+        "GPU takes, without timing or numbers (longformer_fs.devices). What would raise on the GPU raises "
+        "here; the parts that run in processes of their own (the recipes, pytest) are skipped",
+    )
 
 
 def machine(device: str) -> dict:
     """The machine and the versions that the figures depend on (run in a child: CUDA)."""
     import torch
 
+    from .. import devices
     from ..attention.backends import flash, kernel
 
     info = {
@@ -100,10 +112,9 @@ def machine(device: str) -> dict:
     }
     for name in ("triton", "fairseq-fixed", "transformers"):
         info[name.split("-")[0]] = _version(name)
-    if device == "cuda" and torch.cuda.is_available():
-        properties = torch.cuda.get_device_properties(0)
-        info["gpu"] = properties.name
-        info["gpu_memory_gib"] = round(properties.total_memory / 2**30, 1)
+    if devices.on_gpu(device) and devices.cuda_runtime():
+        info["gpu"] = devices.gpu_name(device)
+        info["gpu_memory_gib"] = round(devices.gpu_memory_bytes(device) / 2**30, 1)
         info["extension_has_cuda"] = kernel.has_cuda() if kernel.unavailable_reason() is None else False
     return info
 
@@ -132,11 +143,30 @@ def main(args: argparse.Namespace) -> int:
     # Every part is forked from this process, and a CUDA runtime initialised before a fork
     # is unusable after it: CUDA is asked about through NVML here (torch's fork-safe check).
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    import torch
+    from .. import devices
+
+    if getattr(args, "rehearse", False):
+        # The parts are forked inside the rehearsal, and take it along; what `check` records
+        # goes to a scratch cache, never beside a real GPU's records.
+        saved = os.environ.get("LONGFORMER_FS_CACHE")
+        with devices.rehearsal(), tempfile.TemporaryDirectory(prefix="longformer-fs-rehearsal-") as cache:
+            os.environ["LONGFORMER_FS_CACHE"] = cache
+            try:
+                return _run(args, "meta", rehearsing=True)
+            finally:
+                if saved is None:
+                    os.environ.pop("LONGFORMER_FS_CACHE")
+                else:
+                    os.environ["LONGFORMER_FS_CACHE"] = saved
+    if args.device == "cuda" and not devices.cuda_runtime():
+        raise ValueError("--device cuda: no CUDA device is visible here (use --device cpu, with --toy for a CPU)")
+    return _run(args, args.device)
+
+
+def _run(args: argparse.Namespace, device: str, rehearsing: bool = False) -> int:
+    from .. import devices
 
     chosen = _selected(args.parts)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is visible here (use --device cpu, with --toy for a CPU)")
     if args.budget <= 0:
         raise ValueError(f"--budget: expected a positive number of seconds, got {args.budget:g}")
     # Imported once here, so that no part pays for them (each is forked from this process).
@@ -145,20 +175,26 @@ def main(args: argparse.Namespace) -> int:
 
     from .. import components  # noqa: F401  (registers the plugin's models and tasks)
 
-    if torch.cuda.is_initialized():  # a defect of ours: no part could use the GPU
+    if devices.initialised():  # a defect of ours: no part could use the GPU
         raise RuntimeError("CUDA was initialised before the parts were forked")
 
     start = time.monotonic()
     out = args.out.resolve()
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    settings = {"device": args.device, "toy": args.toy, "budget": args.budget, "parts": [p.name for p in chosen]}
+    settings = {
+        "device": device,
+        "toy": args.toy,
+        "budget": args.budget,
+        "parts": [p.name for p in chosen],
+        "rehearsal": rehearsing,
+    }
     with tempfile.TemporaryDirectory(prefix="longformer-fs-report-") as work:
 
         def context(name: str) -> Context:
-            return Context(args.device, args.toy, Path(work), logs / f"{name}.log", profiles=out / "profiles")
+            return Context(device, args.toy, Path(work), logs / f"{name}.log", profiles=out / "profiles")
 
-        describe = Part("machine", "verify", "this machine", 60, 60, 0, lambda ctx: machine(args.device))
+        describe = Part("machine", "verify", "this machine", 60, 60, 0, lambda ctx: machine(device))
         found = run_part(describe, context("machine"), 60)
         info = {k: v for k, v in found.items() if k not in ("status", "seconds")}
         bar = tqdm(total=len(chosen), desc="report", unit="part")
@@ -170,12 +206,15 @@ def main(args: argparse.Namespace) -> int:
             write_report(out, info, settings, chosen, results)  # after every part: a cut-off run keeps the rest
 
         left = args.budget - (time.monotonic() - start)
-        results = run_all(chosen, lambda part: context(part.name), left, args.toy, finished)
+        results = run_all(chosen, lambda part: context(part.name), left, args.toy, finished, rehearsing)
         bar.close()
     md_path, json_path = write_report(out, info, settings, chosen, results)
-    failed = [name for name, r in results.items() if r["status"] != "ok"]
-    print(f"wrote {md_path} and {json_path} ({time.monotonic() - start:.0f} s); {len(results) - len(failed)} of "
-          f"{len(results)} parts ok" + (f"; not ok: {', '.join(failed)}" if failed else ""))  # fmt: skip
+    skipped = [part.name for part in chosen if rehearsing and part.not_rehearsed]
+    failed = [name for name, r in results.items() if r["status"] != "ok" and name not in skipped]
+    ran = len(results) - len(skipped)
+    print(f"wrote {md_path} and {json_path} ({time.monotonic() - start:.0f} s); {ran - len(failed)} of "
+          f"{ran} parts ok" + (f"; not ok: {', '.join(failed)}" if failed else "")
+          + (f"; not rehearsed: {', '.join(skipped)}" if skipped else ""))  # fmt: skip
     rest = rest_command(settings, results, out.with_name(out.name + "-rest"))
     if rest:
         print(f"the parts the budget left out: {rest}")

@@ -29,6 +29,7 @@ from pathlib import Path
 from data_prep.char_corpus import prepare as prepare_char_corpus
 from data_prep.gpt2_bpe import train_bpe
 
+from .. import devices
 from ..fairseq_format import config_get, model_config, read_checkpoint
 from .parts import ROOT, command_output
 from .runner import Context, PartFailed
@@ -297,7 +298,7 @@ def attention_backends(log: str, device: str) -> dict:
     handed = sorted(set(_HANDED_OVER.findall(log)))
     on_gpu = {name for name, where in chosen if where == "cuda"} | {to for _, to, _ in handed}
     fast = None
-    if device == "cuda" and on_gpu:
+    if devices.on_gpu(device) and on_gpu:
         fast = all(name in FAST_ON_GPU for name in on_gpu)
     return {
         "attention_backends": [f"{name} on {where}" for name, where in chosen],

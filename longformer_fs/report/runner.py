@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .. import devices
+from ..rehearsal import watched
+
 GROUPS = ("verify", "attention speed", "end to end", "recipes", "longest document")
+NOT_REHEARSED = "not rehearsed: "  # how a part a rehearsal cannot run is recorded (Part.not_rehearsed)
 
 
 @dataclass
@@ -27,7 +31,7 @@ class Context:
     """What a part knows of the run.
 
     Attributes:
-        device: ``cuda`` or ``cpu``.
+        device: ``cuda``, ``cpu``, or ``meta`` in a rehearsal (it stands for the GPU).
         toy: every size shrunk to what a CPU runs in seconds.
         work: scratch space shared by the parts (the recipes' corpora and models).
         log: the part's own log file (its stdout and stderr go there too).
@@ -64,6 +68,9 @@ class Part:
         least_s: it is started only if this much of the budget is left.
         run: ``run(ctx)`` records figures through ``ctx.record`` and may return more; it
             raises :class:`PartFailed` (or anything) when what it checks does not hold.
+        not_rehearsed: why a rehearsal (``--rehearse``) cannot run the part, or None when it
+            can: the parts whose work is in processes of their own (``make``, ``pytest``),
+            which the rehearsal's device does not reach.
     """
 
     name: str
@@ -73,6 +80,7 @@ class Part:
     toy_cap_s: float
     least_s: float
     run: Callable[[Context], dict | None]
+    not_rehearsed: str | None = None
 
 
 class PartFailed(Exception):
@@ -94,8 +102,8 @@ def _child(part: Part, ctx: Context, result: Path) -> None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     try:
-        more = part.run(ctx) or {}
-        ctx.figures.update(more)
+        more = _rehearsed(part, ctx) if devices.rehearsing() else part.run(ctx)
+        ctx.figures.update(more or {})
         payload = {"status": "ok", **ctx.figures}
     except BaseException as err:  # noqa: B036 (every failure is the part's result, never the report's end)
         traceback.print_exc()
@@ -105,6 +113,19 @@ def _child(part: Part, ctx: Context, result: Path) -> None:
     _write_json(result, payload)
     sys.stdout.flush()
     os._exit(0)
+
+
+def _rehearsed(part: Part, ctx: Context) -> dict | None:
+    """``part.run(ctx)`` in a rehearsal, under a :class:`~longformer_fs.rehearsal.HostWatch`: what
+    would raise on the GPU raises; every read of the device's values is answered and counted,
+    its sites recorded (``rehearsal``), ours apart from fairseq's and HF's."""
+    with watched(part.name, strict=False) as watch:
+        try:
+            return part.run(ctx)
+        finally:
+            seen = {"reads": watch.reads, "copies": watch.copies, "their_reads": watch.their_reads,
+                    "their_copies": watch.their_copies}  # fmt: skip
+            ctx.record(rehearsal={name: dict(counts) for name, counts in seen.items()})
 
 
 def run_part(part: Part, ctx: Context, timeout_s: float) -> dict:
@@ -160,16 +181,24 @@ def _describe(status: int) -> str:
 
 
 def run_all(
-    parts: list[Part], make_context: Callable[[Part], Context], budget_s: float, toy: bool, on_result
+    parts: list[Part],
+    make_context: Callable[[Part], Context],
+    budget_s: float,
+    toy: bool,
+    on_result,
+    rehearsing: bool = False,
 ) -> dict[str, dict]:
-    """Every part in order while the budget lasts; ``on_result(name, results)`` after each."""
+    """Every part in order while the budget lasts; ``on_result(name, results)`` after each. In a
+    rehearsal, the parts it cannot run are skipped, saying why."""
     start = time.monotonic()
     results = {}
     for part in parts:
         left = budget_s - (time.monotonic() - start)
         cap = part.toy_cap_s if toy else part.cap_s
         least = min(part.least_s, cap)
-        if left < least:
+        if rehearsing and part.not_rehearsed:
+            results[part.name] = {"status": "skipped", "seconds": 0.0, "error": NOT_REHEARSED + part.not_rehearsed}
+        elif left < least:
             results[part.name] = {
                 "status": "skipped",
                 "seconds": 0.0,

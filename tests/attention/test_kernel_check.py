@@ -10,8 +10,10 @@ import pytest
 import torch
 from helpers import cli
 
+from longformer_fs import devices
 from longformer_fs.attention import available_backends, check_records, kernel_check
 from longformer_fs.attention.backends import choose_backend, get_backend
+from longformer_fs.attention.backends import flash as flash_backend
 from longformer_fs.attention.backends import kernel as kernel_backend
 from longformer_fs.attention.kernel_check import Case, CaseResult, CheckReport, run_check, save_report
 from longformer_fs.attention.spec import BandSpec
@@ -53,6 +55,25 @@ def test_check_fails_when_the_kernel_is_wrong(cache, monkeypatch):
     monkeypatch.setattr(kernel_backend, "band_forward", unscaled)
     report = run_check("cpu", (torch.float32,), [Case(50, 4, (1,), False, False, False)])
     assert not report.passed and report.failures[0].errors["out"] > 1e-3
+
+
+def test_a_backend_that_raises_in_check_is_a_failed_case_that_auto_passes_over(cache, monkeypatch):
+    """On the rehearsed GPU: flash raising (as a CUDA op refusing a call would) fails its cases
+    with the error, the check goes on, and auto passes flash over, saying why."""
+
+    def refusing(*args, **kwargs):
+        raise RuntimeError("an error only a GPU shows\nwith a second line")
+
+    monkeypatch.setattr(flash_backend, "_band", refusing)
+    with devices.rehearsal():
+        report = run_check("meta", (torch.bfloat16,), [Case(70, 5, (1,), False, False, False)])
+        flash = [r for r in report.results if r.backend == "flash"]
+        assert len(flash) == 2 and {r.dropout for r in flash} == {0.0, 0.1}  # with and without dropout
+        assert all(not r.passed and r.error == "RuntimeError: an error only a GPU shows" for r in flash)
+        assert all(r.passed and r.error is None for r in report.results if r.backend == "kernel")
+        save_report(report)
+        backend, reason = choose_backend(SPEC, "meta", torch.bfloat16)
+        assert backend.name == "flex" and "flash: `longformer-fs check` found it wrong on rehearsed" in reason
 
 
 @pytest.fixture

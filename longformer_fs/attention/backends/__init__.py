@@ -37,6 +37,7 @@ from typing import Callable
 
 import torch
 
+from ... import devices
 from .. import check_records
 from ..spec import BandAttentionFn, BandSpec
 from ..tracing import constant_when_traced
@@ -64,6 +65,10 @@ class Backend:
     # Why the backend cannot compute a call (None: it can), given its spec, device, head dimension
     # and input dtype (None: any).
     limitation: Callable[..., str | None] = _no_limitation
+    # What a call of a kind reads besides its tensors, built ahead of it, (T, spec, padded,
+    # device) -> prepared, which the backend's fn then takes as ``prepared=``: a compiled layer
+    # builds it before its graph runs (None: the backend builds nothing per kind).
+    prepare: Callable[[int, BandSpec, bool, torch.device], object] | None = None
 
     @property
     def available(self) -> bool:
@@ -80,7 +85,7 @@ BACKENDS: dict[str, Backend] = {
                 kernel.work, kernel.unavailable_reason, kernel.limitation),
         Backend("flex", flex.flex_band_attention, "PyTorch FlexAttention with a block-sparse band, compiled once "
                 "for all lengths (GPU; on CPU its dense reference path, forward only)", flex.work,
-                flex.unavailable_reason, flex.limitation),
+                flex.unavailable_reason, flex.limitation, flex.prepare),
         Backend("chunks", chunks_band_attention, "blocked PyTorch, memory O(T*w)", chunks.work),
         Backend("reference", reference_band_attention, "dense masked attention, O(T^2), for tests", reference.work),
     )
@@ -121,9 +126,9 @@ def why_not(
     reason = backend.unavailable_reason()
     if reason is None and spec is not None:
         reason = backend.limitation(spec, device, head_dim, dtype)
-    if reason is None and name == "flash" and device.type == "cuda" and torch.cuda.is_available():
+    if reason is None and name == "flash" and devices.on_gpu(device):
         return check_records.check_failed(device, kernel.build_id(), "flash")
-    if reason is None and name == "kernel" and device.type == "cuda":
+    if reason is None and name == "kernel" and devices.on_gpu(device):
         if not kernel.has_cuda():
             return "this build of the extension has no CUDA kernels"
         ok, why = check_records.kernels_verified(device, kernel.build_id())
@@ -146,7 +151,7 @@ def choose_backend(
         head_dim: ``D`` (FlexAttention's GPU kernels need 16 or more).
     """
     device = torch.device(device if device is not None else "cpu")
-    order = AUTO_ORDER.get(device.type, AUTO_ORDER["cpu"])
+    order = AUTO_ORDER.get(devices.kind(device), AUTO_ORDER["cpu"])
     candidates, passed = [], []
     for name in order:
         reason = why_not(name, spec, device, head_dim, dtype)
@@ -157,7 +162,7 @@ def choose_backend(
     if not candidates:
         raise RuntimeError(f"no attention backend can run this call on {device}: " + "; ".join(passed))
     name, because = candidates[0], None
-    if device.type == "cuda" and torch.cuda.is_available():
+    if devices.on_gpu(device):
         kind = call_kind(spec) if spec is not None else "plain"
         times = check_records.measured_times(device, kernel.build_id(), dtype, kind)
         timed = sorted((n for n in candidates if n in times), key=times.get)
@@ -170,10 +175,10 @@ def choose_backend(
                 + ")"
             )
     if because is None:
-        because = _TRUSTED.get((name, device.type), "the first in auto's order that can compute the call")
-        if name == "kernel" and device.type == "cuda":
+        because = _TRUSTED.get((name, devices.kind(device)), "the first in auto's order that can compute the call")
+        if name == "kernel" and devices.on_gpu(device):
             because = check_records.kernels_verified(device, kernel.build_id())[1]
-    reason = f"{name} on {device.type}: {because}"
+    reason = f"{name} on {devices.kind(device)}: {because}"
     if passed:
         reason += " (passed over " + "; ".join(passed) + ")"
     return BACKENDS[name], reason
@@ -195,10 +200,11 @@ def _auto_name(
 ) -> str:
     """``auto``'s choice for calls of this kind, logged once per process and choice.
 
-    The choice depends only on these arguments; under ``torch.compile`` it is a constant
-    of the graph, made here in plain Python.
+    The choice depends only on these arguments and on whether the device takes the GPU's
+    decisions (:func:`longformer_fs.devices.kind`: a rehearsal changes that for ``meta``);
+    under ``torch.compile`` it is a constant of the graph, made here in plain Python.
     """
-    key = (device_type, device_index, dtype, head_dim, dropout, relative, ends)
+    key = (device_type, devices.kind(device_type), device_index, dtype, head_dim, dropout, relative, ends)
     if key not in _CHOICES:
         device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
         spec = BandSpec(0, (1,), False, 1.0, 0.5 if dropout else 0.0, relative, padding_at_ends=ends)
@@ -212,11 +218,24 @@ def _auto_name(
 
 def get_backend(name: str, spec: BandSpec | None = None, q: torch.Tensor | None = None) -> Backend:
     """Resolve a backend name, or ``"auto"`` given the call's ``spec`` and query ``(B, H, T, D)``."""
+    if q is None:
+        return backend_for(name, spec)
+    return backend_for(name, spec, q.device, q.dtype, q.shape[-1])
+
+
+def backend_for(
+    name: str,
+    spec: BandSpec | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    head_dim: int = 64,
+) -> Backend:
+    """:func:`get_backend` for a call described by its query's device, dtype and head size
+    (before the query exists: a compiled layer preparing its call)."""
     if name == "auto":
-        device = q.device if q is not None else torch.device("cpu")
+        device = device if device is not None else torch.device("cpu")
         index = device.index if device.index is not None else -1
-        dtype = str(q.dtype).replace("torch.", "") if q is not None else "float32"
-        head_dim = q.shape[-1] if q is not None else 64
+        dtype = str(dtype).replace("torch.", "")
         dropout = spec is not None and spec.dropout_p > 0
         relative = spec is not None and spec.relative
         ends = spec is None or spec.padding_at_ends

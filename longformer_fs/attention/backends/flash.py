@@ -31,17 +31,23 @@ Around the two ops:
 
 On CPU the same code runs :mod:`.flash_stand_in`, which computes the two ops densely with
 their contract: the tests check the index logic above against the float64 oracle there.
-``auto`` never takes this backend on CPU.
+``auto`` never takes this backend on CPU. On ``meta`` the ops are aten's, whose meta kernels
+give shapes without the CUDA kernels' checks: in a rehearsal (:mod:`longformer_fs.devices`)
+the backend checks each call against the CUDA ops' contract itself (:func:`cuda_contract`).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
+from ... import devices
 from .. import calls
 from ..band import effective_window
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm
+from ..tracing import constant_when_traced
 from . import flash_stand_in
 
 HALF = (torch.float16, torch.bfloat16)
@@ -49,13 +55,17 @@ MAX_HEAD_DIM = 256  # FlashAttention-2's largest head
 WINDOW_ARGS = ("window_size_left", "window_size_right")
 
 
-def _schema_arguments() -> set[str]:
+@lru_cache(maxsize=None)
+def _schema_arguments() -> frozenset[str]:
+    """The forward op's argument names, read once: a schema read inside a compiled layer is a
+    graph break, and ``get_backend`` asks on every call."""
     try:
-        return {a.name for a in torch.ops.aten._flash_attention_forward.default._schema.arguments}
+        return frozenset(a.name for a in torch.ops.aten._flash_attention_forward.default._schema.arguments)
     except (AttributeError, RuntimeError):
-        return set()
+        return frozenset()
 
 
+@constant_when_traced
 def unavailable_reason() -> str | None:
     """Why torch here has no windowed FlashAttention (None: it has)."""
     missing = [name for name in WINDOW_ARGS if name not in _schema_arguments()]
@@ -71,7 +81,7 @@ def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch
         return "it has no relative-position term"
     if not spec.padding_at_ends:
         return "its masks may pad inside a row (FlashAttention takes padding at the row ends only)"
-    if device.type == "cuda":
+    if devices.on_gpu(device):
         if head_dim % 8 or head_dim > MAX_HEAD_DIM:
             return (
                 f"FlashAttention-2 takes head dimensions that are multiples of 8 up to {MAX_HEAD_DIM} "
@@ -79,7 +89,8 @@ def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch
             )
         if dtype is not None and dtype not in HALF:
             return f"FlashAttention computes in float16 or bfloat16 (this call: {str(dtype).replace('torch.', '')})"
-        if torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] < 8:
+        capability = devices.gpu_capability(device)
+        if capability is not None and capability[0] < 8:
             return "FlashAttention-2 needs an sm80 GPU or newer"
     return None
 
@@ -104,11 +115,74 @@ def work(seq_len: int, spec: BandSpec) -> int:
 
 
 def _ops(device: torch.device):
-    """``(forward, backward)``: aten's FlashAttention on CUDA (and on ``meta``, where its shape
-    functions run the CUDA path without a GPU), the stand-in elsewhere."""
-    if device.type in ("cuda", "meta"):
+    """``(forward, backward)``: aten's FlashAttention on a GPU and on ``meta`` (where its shape
+    functions run), held to the CUDA ops' contract in a rehearsal; the stand-in elsewhere."""
+    if devices.rehearsing(device):
+        return _checked_forward, _checked_backward
+    if devices.on_gpu(device) or device.type == "meta":
         return torch.ops.aten._flash_attention_forward, torch.ops.aten._flash_attention_backward
     return flash_stand_in.forward, flash_stand_in.backward
+
+
+class FlashContractError(RuntimeError):
+    """A call that the CUDA FlashAttention ops would refuse (raised in a rehearsal, where
+    their meta kernels would not)."""
+
+
+def cuda_contract(tensors: dict, cum_seq: torch.Tensor, dropout_p: float, return_debug_mask: bool) -> list[str]:
+    """What the CUDA FlashAttention-2 ops refuse in a varlen call (the ``TORCH_CHECK``s of its
+    ``mha_varlen_fwd`` and ``mha_varlen_bwd``, which the meta kernels skip): the reasons,
+    empty when the call is one they take.
+
+    Args:
+        tensors: name -> the packed ``(total, H, D)`` inputs (``q``, ``k``, ``v``, and in the
+            backward ``out`` and ``grad_out``).
+        cum_seq: the segments' bounds.
+    """
+    reasons = []
+    dtypes = {x.dtype for x in tensors.values()}
+    if not dtypes <= set(HALF):
+        found = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
+        reasons.append(f"FlashAttention only supports fp16 and bf16 data type (this call: {found})")
+    elif len(dtypes) > 1:
+        reasons.append("query, key and value must have the same dtype")
+    capability = devices.gpu_capability(next(iter(tensors.values())).device)
+    if capability is not None and capability[0] < 8:
+        reasons.append("FlashAttention only supports Ampere GPUs or newer")
+    q = tensors["q"]
+    head_dim = q.shape[-1]
+    if head_dim % 8 or head_dim > MAX_HEAD_DIM:
+        reasons.append(f"head dimension {head_dim}: it must be a multiple of 8, at most {MAX_HEAD_DIM}")
+    if any(x.stride(-1) != 1 for x in tensors.values()):
+        reasons.append("input tensor must have contiguous last dimension")
+    if any(x.dim() != 3 for x in tensors.values()):
+        reasons.append("varlen inputs are (total, heads, head_dim)")
+    if cum_seq.dtype != torch.int32:
+        reasons.append(f"cu_seqlens must have dtype int32 (this call: {str(cum_seq.dtype).replace('torch.', '')})")
+    if not cum_seq.is_contiguous():
+        reasons.append("cu_seqlens must be contiguous")
+    if return_debug_mask and not dropout_p > 0:
+        reasons.append("return_softmax is only supported when p_dropout > 0.0")
+    return reasons
+
+
+def _enforce(reasons: list[str]) -> None:
+    if reasons:
+        raise FlashContractError("FlashAttention on CUDA would refuse this call: " + "; ".join(reasons))
+
+
+def _checked_forward(q, k, v, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, return_debug_mask, **kw):
+    _enforce(cuda_contract({"q": q, "k": k, "v": v}, cum_seq_q, dropout_p, return_debug_mask))
+    return torch.ops.aten._flash_attention_forward(
+        q, k, v, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, return_debug_mask, **kw
+    )
+
+
+def _checked_backward(grad_out, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, *args, **kw):
+    _enforce(cuda_contract({"q": q, "k": k, "v": v, "out": out, "grad_out": grad_out}, cum_seq_q, dropout_p, False))
+    return torch.ops.aten._flash_attention_backward(
+        grad_out, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, *args, **kw
+    )
 
 
 def _positions_lse(lse: torch.Tensor, cum_seq: torch.Tensor, total: int) -> torch.Tensor:
@@ -244,12 +318,17 @@ def _group(q, k, v, key_mask, spec: BandSpec, dilation: int, draws: list | None 
     cum_seq = _segments(key_mask, batch, seq_len, dilation, q.device)
     window = effective_window(spec.window, seq_len, dilation)
     max_len = -(-seq_len // dilation)
-    debug = None if draws is None else []
+    # FlashAttention returns its dropout draw only with dropout ("return_softmax is only
+    # supported when p_dropout > 0.0"); without dropout every pair is kept.
+    debug = None if draws is None or not spec.dropout_p else []
     out, lse = _FlashBand.apply(
         *packed, cum_seq, max_len, window, 0 if spec.causal else window, spec.dropout_p, spec.scale, debug
     )
     if draws is not None:
-        draws.append(_keep_by_position(debug[0], cum_seq, batch, seq_len, dilation))
+        keep = None if debug is None else _keep_by_position(debug[0], cum_seq, batch, seq_len, dilation)
+        if keep is None:
+            keep = torch.ones(batch, heads, seq_len, seq_len, dtype=torch.bool, device=q.device)
+        draws.append(keep)
     out = out.view(batch, seq_len, heads, head_dim)
     lse = lse.reshape(heads, batch, seq_len).permute(1, 0, 2)  # (B, Hg, T) in slots
     if dilation > 1:
@@ -264,6 +343,8 @@ def _keep_by_position(debug: torch.Tensor, cum_seq: torch.Tensor, batch: int, se
     a pair is kept (pairs of different segments, never attended, count as kept)."""
     heads = debug.shape[1]
     keep = torch.ones(batch, heads, seq_len, seq_len, dtype=torch.bool, device=debug.device)
+    if devices.rehearsing(debug):  # no values to read the segments from: the shape alone
+        return keep
     bounds = cum_seq.tolist()
     order, _ = _orders(seq_len, dilation, debug.device)
     for segment, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):

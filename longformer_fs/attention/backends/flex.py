@@ -16,7 +16,9 @@ FlexAttention is a PyTorch-maintained kernel generator: a ``mask_mod`` says whic
   O(d (T / 128)^2) work (never T^2): the key tiles of each query tile for the forward and
   their transposes for the backward. A call, and every layer of it, only wraps them and
   its own ``mask_mod`` in a ``BlockMask``: no sort per call, where
-  ``BlockMask.from_kv_blocks`` would sort to transpose the lists in every layer;
+  ``BlockMask.from_kv_blocks`` would sort to transpose the lists in every layer. A compiled
+  layer gets them (a :class:`Geometry`) as inputs of its graph, built before it runs
+  (:func:`prepare`);
 - tiles that lie wholly inside one class's band are marked *full*, so FlexAttention
   skips the mask there. With key padding no tile is full (padded keys hide in any tile),
   so **a call without padding is a kind of its own**: its ``mask_mod`` reads no key
@@ -78,6 +80,7 @@ import os
 import sys
 import types
 import warnings
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
 
@@ -86,6 +89,7 @@ import torch.fx.experimental._config  # noqa: F401 (read by _compile_settings)
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
+from ... import devices
 from .. import calls
 from ..band import residue_length, residue_order
 from ..spec import BandOutput, BandSpec, PositionTerm
@@ -105,7 +109,7 @@ def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch
     """Why FlexAttention cannot compute this call: dropout, or a head dimension under 16 on GPU."""
     if spec.dropout_p:
         return "it cannot compute this call (attention dropout)"
-    if device.type == "cuda" and head_dim < MIN_GPU_HEAD_DIM:
+    if devices.on_gpu(device) and head_dim < MIN_GPU_HEAD_DIM:
         return (
             f"FlexAttention's GPU kernels need a head dimension of {MIN_GPU_HEAD_DIM} or more (this call: {head_dim})"
         )
@@ -336,8 +340,53 @@ def _block_mask(key_ok, reach, tiles, classes, seq_len, length) -> BlockMask:
     return BlockMask((length, length), *tiles, BLOCK_SIZE=(BLOCK, BLOCK), mask_mod=mask_mod)
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """What a call reads besides its tensors and key mask, for one length, window, dilations,
+    causality, padding (or not) and device: cached (:func:`geometry`), so that no call builds it.
+
+    A compiled layer takes it as an input, built before its graph runs (:func:`prepare`): traced
+    inside, it would be rebuilt, on the host and copied in, at every call.
+
+    Attributes:
+        reach: :func:`band_reach`.
+        tiles: :func:`tile_lists`.
+        order: :func:`slot_order` (None: no head is dilated).
+        classes: :func:`slot_classes` (None likewise).
+        positions: :func:`slot_positions` (None likewise).
+    """
+
+    reach: torch.Tensor
+    tiles: tuple[torch.Tensor, ...]
+    order: torch.Tensor | None
+    classes: torch.Tensor | None
+    positions: torch.Tensor | None
+
+
+def geometry(seq_len: int, spec: BandSpec, padded: bool, device: str, static: bool = False) -> Geometry:
+    """The :class:`Geometry` of a call on ``seq_len`` tokens (each piece cached on its own)."""
+    length = kernel_length(seq_len, static)
+    return Geometry(
+        band_reach(spec.window, len(spec.dilations), spec.causal, device),
+        tile_lists(seq_len, spec.window, spec.dilations, spec.causal, padded, device, length),
+        slot_order(seq_len, spec.dilations, device),
+        slot_classes(seq_len, spec.dilations, device, length),
+        slot_positions(seq_len, spec.dilations, device, length),
+    )
+
+
+def prepare(seq_len: int, spec: BandSpec, padded: bool, device: torch.device) -> Geometry:
+    """The backend's ``prepare``: what a call of this kind will read, built now (outside a
+    compiled region) and handed to it as ``prepared``."""
+    return geometry(seq_len, spec, padded, str(device), _length_mode == "buckets")
+
+
 def call_inputs(
-    q: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec, static: bool = False
+    q: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    spec: BandSpec,
+    static: bool = False,
+    prepared: Geometry | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor | None, torch.Tensor | None]:
     """The arguments a call passes besides ``q, k, v``, the position term and the scale,
     for ``q`` ``(B, H, T, D)`` and ``key_mask`` ``(B, T)`` (True: padding) or None:
@@ -348,22 +397,20 @@ def call_inputs(
       be attended, 0 for the slots past ``T``: ``(B, length)`` by position, or
       ``(B, H, length)`` in each head's slot order when a head is dilated. The one tensor
       made per call.
-    - ``reach``, ``tiles``, ``order``, ``classes``: the cached geometry,
-      :func:`band_reach`, :func:`tile_lists`, :func:`slot_order`, :func:`slot_classes`.
+    - ``reach``, ``tiles``, ``order``, ``classes``: the call's :class:`Geometry`, ``prepared``
+      or the cached one.
 
     ``length`` is :func:`kernel_length` (``static``: a length bucket).
     """
-    seq_len, device = q.shape[2], str(q.device)
+    seq_len = q.shape[2]
     length = kernel_length(seq_len, static)
-    reach = band_reach(spec.window, len(spec.dilations), spec.causal, device)
-    tiles = tile_lists(seq_len, spec.window, spec.dilations, spec.causal, key_mask is not None, device, length)
-    order = slot_order(seq_len, spec.dilations, device)
+    found = prepared or geometry(seq_len, spec, key_mask is not None, str(q.device), static)
     key_ok = None
     if key_mask is not None:
         key_ok = F.pad(~key_mask, (0, length - seq_len)).to(torch.int32)
-        if order is not None:  # the mask then reads each key slot's entry, not through the order
-            key_ok = key_ok[:, slot_positions(seq_len, spec.dilations, device, length)]
-    return key_ok, reach, tiles, order, slot_classes(seq_len, spec.dilations, device, length)
+        if found.positions is not None:  # the mask then reads each key slot's entry, not through the order
+            key_ok = key_ok[:, found.positions]
+    return key_ok, found.reach, found.tiles, found.order, found.classes
 
 
 def band_block_mask(q: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec, static: bool = False) -> BlockMask:
@@ -493,8 +540,9 @@ def compiled(fn, backend="inductor"):
 
 
 def _runner(fn, device: torch.device):
-    """What runs ``fn`` on ``device``: compiled on GPU; FlexAttention's eager path elsewhere."""
-    return compiled(fn) if device.type == "cuda" else fn
+    """What runs ``fn`` on ``device``: compiled on a GPU (by :func:`~longformer_fs.devices.compiler`);
+    FlexAttention's eager path elsewhere."""
+    return compiled(fn, devices.compiler(device)) if devices.on_gpu(device) else fn
 
 
 @contextlib.contextmanager
@@ -533,8 +581,11 @@ def _fall_back(kind: str, reason: str, q, k, v, key_mask, spec, position):
     return chunks_band_attention(q, k, v, key_mask, spec, position)
 
 
-def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
-    """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
+def flex_band_attention(
+    q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None, prepared: Geometry | None = None
+) -> BandOutput:
+    """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`; ``prepared``: the
+    call's :class:`Geometry`, built by :func:`prepare` before a compiled layer's graph."""
     if spec.dropout_p:
         raise ValueError("backend: 'flex' has no attention dropout; use backend='auto' or 'chunks'")
     static = _length_mode == "buckets"
@@ -557,20 +608,24 @@ def flex_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTer
             "limit); train on CPU with backend='kernel' or 'chunks'"
         )
     args = (
-        *call_inputs(q, key_mask, spec, static),
+        *call_inputs(q, key_mask, spec, static, prepared),
         *((None, None) if position is None else (position.query, position.table)),
         spec.scale,
         static,
     )
+    if torch.compiler.is_compiling():
+        # Inside the caller's own compiled graph: traced there, whole. (The function of each
+        # kind exists for the budgets of the ones compiled here; building it, a code object's
+        # replace, is a graph break for dynamo.)
+        return _band_call(q, k, v, *args)
     fn = kind_function(kind)
-    if torch.compiler.is_compiling():  # inside the caller's own compiled graph: traced there
-        return fn(q, k, v, *args)
     # On CPU the eager path is chosen on purpose (see the module docstring): silence torch's
     # advice to compile there only, keeping the per-call cost off the GPU path.
-    quiet = warnings.catch_warnings() if q.device.type != "cuda" else contextlib.nullcontext()
+    eager = not devices.on_gpu(q.device)
+    quiet = warnings.catch_warnings() if eager else contextlib.nullcontext()
     try:
         with quiet, _compile_settings(static):
-            if q.device.type != "cuda":
+            if eager:
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             result = _runner(fn, q.device)(q, k, v, *args)
         calls.record("flex", spec)

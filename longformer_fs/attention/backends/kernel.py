@@ -19,7 +19,6 @@ backend for those calls (see :attr:`~longformer_fs.attention.backends.Backend.li
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -28,6 +27,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ... import devices
 from .. import calls
 from ..band import residue_length
 from ..dense import compute_dtype
@@ -96,16 +96,6 @@ def work(seq_len: int, spec: BandSpec) -> int:
     return total
 
 
-def _stream(device: torch.device) -> int:
-    """The current CUDA stream handle of ``device`` (0 on CPU): kernels launch on it."""
-    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-
-
-def _on_device(device: torch.device):
-    """Make ``device`` current for the launch (the kernels use the current CUDA device)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
 # ------------------------------------------------------------------------------ the ops
 
 
@@ -128,9 +118,9 @@ def band_forward(
     attended; pos_query ``(B, H, T, D)`` and table ``(H, W, D)``: the optional
     relative-position term.
     """
-    with _on_device(q.device):
+    with devices.current(q.device):
         out, lse = _load().forward(
-            q, k, v, key_ok, list(dilations), window, causal, scale, pos_query, table, _stream(q.device)
+            q, k, v, key_ok, list(dilations), window, causal, scale, pos_query, table, devices.stream_handle(q.device)
         )
     return out, lse
 
@@ -160,10 +150,10 @@ def band_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, dpos_query, dtable)`` in the compute dtype; the last two are empty
     (0 elements) without a position term."""
-    with _on_device(q.device):
+    with devices.current(q.device):
         dq, dk, dv, dpq, dtable = _load().backward(
             q, k, v, key_ok, list(dilations), window, causal, scale, pos_query, table, out, lse, dout, dlse,
-            _stream(q.device),
+            devices.stream_handle(q.device),
         )  # fmt: skip
     if dpq is None:
         dpq, dtable = dq.new_empty(0), dq.new_empty(0)
