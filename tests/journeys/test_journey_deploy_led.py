@@ -380,5 +380,11 @@ def test_int8_files_hold_int8_weights_and_mostly_keep_the_greedy_summary(exporte
                              max_length=CHECK_SETTINGS.max_len + 1, no_repeat_ngram_size=0)[0].tolist()  # fmt: skip
     float32, int8 = OnnxSummarizer(out), OnnxSummarizer(tmp_path / "int8")
     assert [2, *float32.generate(source, CHECK_SETTINGS), 2][: len(hf)] == hf  # HF starts from </s> as fairseq
-    agreement = greedy_agreement(float32, int8, [source])["greedy_tokens"]
+    # Over twelve sources: one source's greedy path turns on its first token's margin, which
+    # int8 rounding may flip in a tiny random model. The tokenizer trains on the docs, so an
+    # edit there draws another model: one source's agreement went from above 0.5 to 0.0 with
+    # a line of the README, twelve sources' from 0.63 to 0.72.
+    rng = np.random.default_rng(7)
+    sources = [[0, *rng.integers(4, theirs.config.vocab_size - 1, size=70).tolist(), 2] for _ in range(12)]
+    agreement = greedy_agreement(float32, int8, sources)["greedy_tokens"]
     assert 0.5 <= agreement <= 1.0, agreement
