@@ -175,15 +175,20 @@ class HostWatch(TorchDispatchMode):
 
 @contextlib.contextmanager
 def watched(name: str, strict: bool = True) -> Iterator[HostWatch]:
-    """A :class:`HostWatch` over the block, with anomaly mode keeping the forward stacks that
-    name the sites of the backward's ops, meta's nonzero taking every element as nonzero, and
-    any other exception raised again as a :class:`RehearsalFailure` naming where it came from."""
+    """A :class:`HostWatch` over the block, meta's nonzero taking every element as nonzero, and
+    any other exception raised again as a :class:`RehearsalFailure` naming where it came from.
+
+    A strict watch runs anomaly mode, whose forward stacks name the sites of the backward's ops
+    (a read of ours in a backward must fail, not pass as its caller's). A lenient one only
+    counts, and names a backward's op by its caller: anomaly mode keeps a stack for every op of
+    the forward, which doubles a step's time."""
     config = torch.fx.experimental._config
     saved = config.meta_nonzero_assume_all_nonzero
     config.meta_nonzero_assume_all_nonzero = True
     watch = HostWatch(name, strict)
+    stacks = torch.autograd.detect_anomaly(check_nan=False) if strict else contextlib.nullcontext()
     try:
-        with torch.autograd.detect_anomaly(check_nan=False), watch:
+        with stacks, watch:
             yield watch
     except RehearsalFailure:
         raise
