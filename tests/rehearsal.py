@@ -337,7 +337,7 @@ def recipe_config(name: str, data: Path, precision: str = "recipe", compile_laye
     return cfg
 
 
-def build(cfg, data: Path):
+def build(cfg):
     """fairseq's task, model and criterion from ``cfg``, the model cast as its trainer casts it."""
     utils.import_user_module(cfg.common)
     task = tasks.setup_task(cfg.task)
@@ -490,7 +490,7 @@ def rehearse(name: str, tmp: Path, precision: str = "recipe", compile_layers: bo
         if compile_layers:
             stack.enter_context(fresh_compiler())
         cfg = recipe_config(name, data, precision, compile_layers)
-        task, model, criterion = build(cfg, data)
+        task, model, criterion = build(cfg)
         if recipe.host_work is not None:
             stack.enter_context(recipe.host_work(criterion))
         optimizer = build_optimizer(cfg, model, criterion)
