@@ -98,8 +98,7 @@ def rehearsing(device=None) -> bool:
 def on_gpu(device) -> bool:
     """Whether ``device`` (a device, a name or a tensor) takes the CUDA decisions: a CUDA
     device, or ``meta`` in a rehearsal."""
-    device = _device(device)
-    return device.type == "cuda" or (device.type == "meta" and _REHEARSAL is not None)
+    return _device(device).type == "cuda" or rehearsing(device)
 
 
 def kind(device) -> str:
@@ -234,7 +233,8 @@ def autocast(device, dtype: torch.dtype | None):
 
 
 def free_memory_bytes(device) -> int | None:
-    """Bytes free on ``device`` now (None where the question has no answer: CPU, meta)."""
+    """Bytes free on ``device`` now: the rehearsed GPU's whole memory in a rehearsal, None where
+    the question has no answer (CPU, meta outside a rehearsal)."""
     device = _device(device)
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]

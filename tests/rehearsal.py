@@ -84,41 +84,44 @@ def _words(task, n: int, generator) -> torch.Tensor:
     return torch.randint(d.nspecial, d.nspecial + len(WORDS), (n,), generator=generator)
 
 
+def _sentences(task, lengths: tuple[int, ...], generator) -> torch.Tensor:
+    """``<s> words </s>`` rows of ``lengths``, right-padded into ``(B, T)``."""
+    d = task.source_dictionary
+    rows = [torch.cat([torch.tensor([d.bos()]), _words(task, n - 2, generator), torch.tensor([d.eos()])])
+            for n in lengths]  # fmt: skip
+    return data_utils.collate_tokens(rows, d.pad(), left_pad=False)
+
+
+def _sample(source: torch.Tensor, lengths: tuple[int, ...], target: torch.Tensor, ntokens: int) -> dict:
+    """A batch of fairseq's sentence datasets: ids, counts, ``net_input`` and ``target``."""
+    return {"id": torch.arange(len(lengths)), "nsentences": len(lengths), "ntokens": ntokens,
+            "net_input": {"src_tokens": source, "src_lengths": torch.tensor(lengths)}, "target": target}  # fmt: skip
+
+
 def char_lm_batch(task, length: int, generator) -> dict:
     """Two right-padded rows, the second 14 characters shorter, as fairseq's LM datasets pad."""
-    d = task.source_dictionary
-    rows = [torch.randint(d.nspecial, len(d), (n,), generator=generator) for n in (length, length - 14)]
+    d, lengths = task.source_dictionary, (length, length - 14)
+    rows = [torch.randint(d.nspecial, len(d), (n,), generator=generator) for n in lengths]
     tokens = data_utils.collate_tokens(rows, d.pad(), left_pad=False)
     target = torch.roll(tokens, -1, dims=1).masked_fill(tokens == d.pad(), d.pad())
-    return {"id": torch.arange(2), "nsentences": 2, "ntokens": int((target != d.pad()).sum()),
-            "net_input": {"src_tokens": tokens, "src_lengths": torch.tensor([length, length - 14])},
-            "target": target}  # fmt: skip
+    return _sample(tokens, lengths, target, int((target != d.pad()).sum()))
 
 
 def mlm_batch(task, length: int, generator) -> dict:
     """fairseq's masked-LM batch: 15% of the tokens masked, the target padded elsewhere."""
-    d = task.source_dictionary
-    rows = [torch.cat([torch.tensor([d.bos()]), _words(task, n - 2, generator), torch.tensor([d.eos()])])
-            for n in (length, length - 20)]  # fmt: skip
-    tokens = data_utils.collate_tokens(rows, d.pad(), left_pad=False)
+    d, lengths = task.source_dictionary, (length, length - 20)
+    tokens = _sentences(task, lengths, generator)
     masked = (torch.rand(tokens.shape, generator=generator) < 0.15) & (tokens > d.eos())
     masked[:, 1] = True
     target = torch.where(masked, tokens, torch.full_like(tokens, d.pad()))
-    source = tokens.masked_fill(masked, d.index("<mask>"))
-    return {"id": torch.arange(2), "nsentences": 2, "ntokens": int(masked.sum()),
-            "net_input": {"src_tokens": source, "src_lengths": torch.tensor([length, length - 20])},
-            "target": target}  # fmt: skip
+    return _sample(tokens.masked_fill(masked, d.index("<mask>")), lengths, target, int(masked.sum()))
 
 
 def classification_batch(task, length: int, generator) -> dict:
     """fairseq's sentence-prediction batch: ``<s> text </s>``, a class per row."""
-    d = task.source_dictionary
-    rows = [torch.cat([torch.tensor([d.bos()]), _words(task, n - 2, generator), torch.tensor([d.eos()])])
-            for n in (length, length - 30)]  # fmt: skip
-    tokens = data_utils.collate_tokens(rows, d.pad(), left_pad=False)
-    return {"id": torch.arange(2), "nsentences": 2, "ntokens": int((tokens != d.pad()).sum()),
-            "net_input": {"src_tokens": tokens, "src_lengths": torch.tensor([length, length - 30])},
-            "target": torch.tensor([0, 1])}  # fmt: skip
+    d, lengths = task.source_dictionary, (length, length - 30)
+    tokens = _sentences(task, lengths, generator)
+    return _sample(tokens, lengths, torch.tensor([0, 1]), int((tokens != d.pad()).sum()))
 
 
 def qa_batch(task, length: int, generator) -> dict:

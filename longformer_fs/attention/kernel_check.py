@@ -203,10 +203,9 @@ def check_case(
             return dropped_reference(q_, k_, v_, mask_, spec_, draws["keep"].cpu())
 
     got = _run(fn, on_device(q), on_device(k), on_device(v), device_mask, device_position, spec, grads)
-    name = case.name + (f" dropout={dropout:g}" if dropout else "")
-    tolerance = TOLERANCES[dtype]
+    name, dtype_name, tolerance = _case_name(case, dropout), str(dtype).replace("torch.", ""), TOLERANCES[dtype]
     if devices.rehearsing(device):  # the rehearsal's tensors hold no values: the calls ran, nothing to compare
-        return CaseResult(name, str(dtype).replace("torch.", ""), {}, tolerance, True, backend, dropout)
+        return CaseResult(name, dtype_name, {}, tolerance, True, backend, dropout)
     expected = _run(reference, q, k, v, key_mask, position, spec, grads)  # after: a dropout's draw is known
     rows = torch.ones(q.shape[0], q.shape[2], dtype=torch.bool) if key_mask is None else ~key_mask
     errors = {}
@@ -221,7 +220,11 @@ def check_case(
     # Gradients sum over the window: scale the tolerance with the magnitude they reach.
     scale = {output: max(1.0, float(want.abs().max())) for output, want in expected.items()}
     passed = all(err <= tolerance * scale[output] for output, err in errors.items())
-    return CaseResult(name, str(dtype).replace("torch.", ""), errors, tolerance, passed, backend, dropout)
+    return CaseResult(name, dtype_name, errors, tolerance, passed, backend, dropout)
+
+
+def _case_name(case: Case, dropout: float) -> str:
+    return case.name + (f" dropout={dropout:g}" if dropout else "")
 
 
 def _checked(case: Case, dtype: torch.dtype, device: torch.device, seed: int, backend: str, dropout: float):
@@ -229,9 +232,9 @@ def _checked(case: Case, dtype: torch.dtype, device: torch.device, seed: int, ba
     try:
         return check_case(case, dtype, device, seed, backend, dropout)
     except Exception as err:  # noqa: BLE001 (any failure of the backend is the check's finding)
-        name = case.name + (f" dropout={dropout:g}" if dropout else "")
         error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
-        return CaseResult(name, str(dtype).replace("torch.", ""), {}, TOLERANCES[dtype], False, backend, dropout, error)
+        dtype_name = str(dtype).replace("torch.", "")
+        return CaseResult(_case_name(case, dropout), dtype_name, {}, TOLERANCES[dtype], False, backend, dropout, error)
 
 
 def jobs_for(device: torch.device, dtypes: Iterable[torch.dtype], cases: Iterable[Case]) -> list[tuple]:

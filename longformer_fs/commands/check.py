@@ -56,11 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
-    if device.type == "meta" and devices.rehearsing(device):
-        pass  # the rehearsal's GPU (longformer-fs report --rehearse)
-    elif device.type not in ("cuda", "cpu"):
+    # meta only as the rehearsal's GPU (longformer-fs report --rehearse)
+    if device.type not in ("cuda", "cpu") and not devices.rehearsing(device):
         raise ValueError(f"--device: expected cuda, cuda:N or cpu, got {args.device!r}")
-    elif devices.on_gpu(device) and not devices.cuda_runtime():
+    if devices.on_gpu(device) and not devices.cuda_runtime():
         raise ValueError("--device: no CUDA device is visible here (torch.cuda.is_available() is False)")
     report = run_check(device, args.dtypes, CASES, lambda jobs: tqdm(jobs, desc="check", unit="case"))
     path = save_report(report)  # first: timing takes the kernels as candidates only once this passed

@@ -22,11 +22,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from tqdm import tqdm
 
 from . import parts, recipe_runs
-from .document import rest_command, write_report
+from .document import not_rehearsed, rest_command, write_report
 from .runner import Context, Part, run_all, run_part
 
 # Why a rehearsal skips the recipes: they train through make, in processes the rehearsal's
@@ -148,16 +149,9 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "rehearse", False):
         # The parts are forked inside the rehearsal, and take it along; what `check` records
         # goes to a scratch cache, never beside a real GPU's records.
-        saved = os.environ.get("LONGFORMER_FS_CACHE")
         with devices.rehearsal(), tempfile.TemporaryDirectory(prefix="longformer-fs-rehearsal-") as cache:
-            os.environ["LONGFORMER_FS_CACHE"] = cache
-            try:
+            with mock.patch.dict(os.environ, {"LONGFORMER_FS_CACHE": cache}):
                 return _run(args, "meta", rehearsing=True)
-            finally:
-                if saved is None:
-                    os.environ.pop("LONGFORMER_FS_CACHE")
-                else:
-                    os.environ["LONGFORMER_FS_CACHE"] = saved
     if args.device == "cuda" and not devices.cuda_runtime():
         raise ValueError("--device cuda: no CUDA device is visible here (use --device cpu, with --toy for a CPU)")
     return _run(args, args.device)
@@ -209,7 +203,7 @@ def _run(args: argparse.Namespace, device: str, rehearsing: bool = False) -> int
         results = run_all(chosen, lambda part: context(part.name), left, args.toy, finished, rehearsing)
         bar.close()
     md_path, json_path = write_report(out, info, settings, chosen, results)
-    skipped = [part.name for part in chosen if rehearsing and part.not_rehearsed]
+    skipped = not_rehearsed(results)
     failed = [name for name, r in results.items() if r["status"] != "ok" and name not in skipped]
     ran = len(results) - len(skipped)
     print(f"wrote {md_path} and {json_path} ({time.monotonic() - start:.0f} s); {ran - len(failed)} of "

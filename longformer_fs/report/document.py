@@ -201,10 +201,15 @@ def markdown(payload: dict, parts: list[Part]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def not_rehearsed(results: dict) -> list[str]:
+    """The parts a rehearsal skipped, as it cannot run them (:attr:`.runner.Part.not_rehearsed`)."""
+    return [name for name, result in results.items() if str(result.get("error", "")).startswith(NOT_REHEARSED)]
+
+
 def budget_left_out(results: dict) -> list[str]:
     """The parts the budget left out (not those a rehearsal cannot run)."""
-    return [name for name, result in results.items() if result["status"] == "skipped"
-            and not str(result.get("error", "")).startswith(NOT_REHEARSED)]  # fmt: skip
+    skipped = set(not_rehearsed(results))
+    return [name for name, result in results.items() if result["status"] == "skipped" and name not in skipped]
 
 
 def rest_command(settings: dict, results: dict, out: Path | None = None) -> str | None:

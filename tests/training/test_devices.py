@@ -18,6 +18,7 @@ import types
 import pytest
 import torch
 from fairseq.data import Dictionary
+from rehearsal import Items
 
 from longformer_fs.attention import LongformerSelfAttention
 from longformer_fs.attention.relative_layer import RelativeBandSelfAttention
@@ -195,14 +196,6 @@ def test_wikihop_head_and_criterion(dictionary, backend):
     loss, _, logging = WikihopCriterion(task=None)(model, sample)
     assert loss.device == logging["ncorrect"].device == META
     backward_reaches_every_parameter(model, loss, unused="encoder.lm_head.")
-
-
-class Items(list):
-    """One prepared dataset's items, as the tasks index them."""
-
-    @property
-    def sizes(self):
-        return [len(item) for item in self]
 
 
 def to_meta(batch):
