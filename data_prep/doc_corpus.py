@@ -207,7 +207,8 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     # Every source gets a row, even one that yields nothing.
     stats: dict[str, SourceStats] = {spec.name: SourceStats() for spec in cfg.sources}
     skips: list[Skipped] = []
-    no_abstract: list[str] = []  # papers kept whole as body: reported, not fatal
+    no_abstract: list[dict] = []  # papers kept with their body only: reported, not fatal
+    abstracts = Counter()  # how each paper's abstract was found (pdf_papers.FOUND)
     seen: set[bytes] = set()
     with Staging(out) as staging:
         writer = _SplitWriter(staging.dir, encoder.dictionary_size)
@@ -237,14 +238,11 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
                         st.dropped["sampled_out"] += 1
                         continue
                     if item.paper is not None:
+                        abstracts[item.paper.found.get("abstract", "none")] += 1
                         if item.paper.abstract is None:
-                            no_abstract.append(item.origin)
-                        papers.write(
-                            json.dumps(
-                                {"source": item.source, "file": item.origin, **asdict(item.paper)}, ensure_ascii=False
-                            )
-                            + "\n"
-                        )
+                            no_abstract.append({"origin": item.origin, "reason": item.paper.abstract_missing})
+                        record = {"source": item.source, "file": item.origin, **item.paper.record()}
+                        papers.write(json.dumps(record, ensure_ascii=False) + "\n")
                     yield item, digest
 
             # Chunks of batches go to the pool together: results come back in order, and
@@ -281,7 +279,15 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
         result = {
             "sources": {name: st.as_dict() for name, st in stats.items()},
             "splits": {s: {"documents": writer.documents[s], "tokens": writer.tokens[s]} for s in SPLITS},
-            "papers_without_abstract": no_abstract,
+            "papers": {
+                "count": sum(abstracts.values()),
+                "abstract_found": dict(abstracts),
+                "without_abstract": {
+                    "count": len(no_abstract),
+                    "by_reason": dict(Counter(p["reason"] for p in no_abstract)),
+                    "examples": no_abstract[:50],
+                },
+            },
             "skipped": {
                 "count": len(skips),
                 "by_reason": dict(Counter(_reason_kind(s.reason) for s in skips)),

@@ -18,7 +18,8 @@ ROUGE-Lsum (``longformer-fs rouge``).
 
 Inputs (:data:`LAYOUTS`), one JSON object per line:
 
-- ``papers``: the ``papers.jsonl`` of ``prep docs`` (body -> abstract; id: the PDF's path);
+- ``papers``: the ``papers.jsonl`` of ``prep docs`` (body -> abstract; id: the PDF's path; a
+  paper without an abstract is reported with the reason ``prep docs`` gave);
 - ``arxiv``: the arXiv/PubMed release of Cohan et al. (2018): ``article_text`` (a list of
   sentences, joined by spaces) -> ``abstract_text`` (sentences, each in ``<S> ... </S>``,
   the tags stripped); id: ``article_id``. ``section_names``/``sections`` are not used;
@@ -219,13 +220,19 @@ def read_pairs(path: Path, split: str | None, cfg: SummarizationConfig) -> Itera
             name = source_field if source_parts is None else target_field
             yield Dropped(origin, f"field {name!r} is not text (a string or a list of strings)")
             continue
+        pair_id = record.get(id_field) if id_field else None
         empty = [side for side, parts in ((SOURCE, source_parts), (TARGET, reference)) if not parts]
         if empty:
             names = {SOURCE: source_field, TARGET: target_field}
             sides = " and ".join(f"{side} ({names[side]!r})" for side in empty)
-            yield Dropped(origin, f"empty {sides}", empty_side=True)
+            if cfg.input_format == "papers":
+                # The report names the paper, and why prep docs found no abstract in it.
+                why = record.get("abstract_missing")
+                named = f"{pair_id} ({origin})" if pair_id is not None else origin
+                yield Dropped(named, f"empty {sides}" + (f": {why}" if isinstance(why, str) else ""), empty_side=True)
+            else:
+                yield Dropped(origin, f"empty {sides}", empty_side=True)
             continue
-        pair_id = record.get(id_field) if id_field else None
         yield Pair(
             str(pair_id) if pair_id is not None else origin,
             origin,

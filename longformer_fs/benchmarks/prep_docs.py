@@ -4,6 +4,10 @@ Generates a text corpus of ``--mb`` megabytes (JSONL documents of Zipf-distribut
 made-up words, in paragraphs), trains a small GPT-2-style byte-level BPE on a sample
 of it, then runs the whole preparation (read, dedup, tokenize, write) once per
 ``--workers`` value, side by side. Reports MB of raw text per second and per worker.
+
+``--pdfs DIR`` times the PDF reader instead, on the papers under ``DIR``: PDFs a second
+on one core for our layout-aware reader (:func:`data_prep.pdf_papers.read_paper`) beside
+pypdf's plain ``extract_text`` of every page, the same files in the same process.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
 from data_prep.gpt2_bpe import train_bpe
+from data_prep.pdf_papers import PdfError, read_paper
 from longformer_fs.tokenization import SubwordSpec
 
 from . import int_list
@@ -29,6 +34,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int_list, default=[1, 2], help="worker counts to compare, e.g. 1,2")
     parser.add_argument("--bpe-vocab", type=int, default=8000, help="size of the BPE trained for the run")
     parser.add_argument("--out", type=Path, default=Path("bench_out/prep_docs"), help="work and results directory")
+    parser.add_argument(
+        "--pdfs",
+        type=Path,
+        default=None,
+        help="a folder of PDF papers: time the PDF reader on them (PDFs/s on one core, beside pypdf's extract_text) "
+        "instead of the whole preparation",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="with --pdfs: passes over the folder; the fastest counts"
+    )
 
 
 def generate_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
@@ -60,7 +75,60 @@ def corpus_sample(corpus: Path, sample_bytes: int = 5_000_000) -> list[str]:
     return sample
 
 
+def _pypdf_text(path: Path) -> None:
+    from pypdf import PdfReader
+
+    for page in PdfReader(str(path)).pages:
+        page.extract_text()
+
+
+def _ours(path: Path) -> None:
+    try:
+        read_paper(path)
+    except PdfError:
+        pass  # an unreadable file costs what it costs; the count says how many
+
+
+def pdf_rates(files: list[Path], repeats: int) -> list[dict]:
+    """Per reader, the fastest of ``repeats`` passes over ``files`` in this process: PDFs a second on one core."""
+    rows = []
+    for name, read in (("longformer-fs read_paper (PDFium layout)", _ours), ("pypdf extract_text", _pypdf_text)):
+        best = float("inf")
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            for path in files:
+                read(path)
+            best = min(best, time.perf_counter() - start)
+        rows.append({"reader": name, "seconds": best, "pdfs_per_s": len(files) / best})
+    return rows
+
+
+def bench_pdfs(args: argparse.Namespace) -> int:
+    files = sorted(p for p in args.pdfs.rglob("*") if p.suffix.lower() == ".pdf") if args.pdfs.is_dir() else []
+    if not files:
+        raise SystemExit(f"--pdfs: no .pdf file under {args.pdfs}")
+    import pypdfium2
+
+    pages = unreadable = 0
+    for path in files:
+        try:
+            pages += len(pypdfium2.PdfDocument(str(path)))
+            read_paper(path)
+        except (PdfError, pypdfium2.PdfiumError):
+            unreadable += 1
+    rows = pdf_rates(files, args.repeats)
+    print(f"PDF reading on one core: {len(files)} PDFs, {pages} pages, under {args.pdfs} ({unreadable} unreadable)")
+    print(f"{'reader':<42} {'seconds':>8} {'PDFs/s':>8}")
+    for r in rows:
+        print(f"{r['reader']:<42} {r['seconds']:>8.2f} {r['pdfs_per_s']:>8.1f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "pdf_results.json").write_text(json.dumps({"pdfs": len(files), "pages": pages, "runs": rows}, indent=2))
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.pdfs is not None:
+        return bench_pdfs(args)
     args.out.mkdir(parents=True, exist_ok=True)
     corpus = args.out / "corpus.jsonl"
     start = time.perf_counter()

@@ -88,7 +88,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _report(result: dict):
-    if papers := result["papers_without_abstract"]:
-        yield f"papers without an 'Abstract' heading (kept, whole text as body): {len(papers)}"
-        yield from (f"  {origin}" for origin in papers[:10])
+    papers = result["papers"]
+    if papers["count"]:
+        found = ", ".join(f"{n:,} by {how}" for how, n in sorted(papers["abstract_found"].items()) if how != "none")
+        yield f"papers {papers['count']:,}: abstracts found {found or 'in none'}"
+        if papers["without_abstract"]["count"]:
+            yield from dropped_report("papers without an abstract (kept: their body):", papers["without_abstract"])
     yield from dropped_report("skipped", result["skipped"])

@@ -1,11 +1,12 @@
 """Titles and abstract headings of PDF papers (:mod:`data_prep.pdf_papers`), on PDFs built
-here: with fpdf2, and by hand where the font size must come from the matrices."""
+here: with fpdf2, and by hand where the font size must come from the matrices. The papers
+typeset by real LaTeX classes are scored in ``test_pdf_papers_latex.py``."""
 
 from pathlib import Path
 
 import pytest
 
-from data_prep.pdf_papers import read_paper, split_paper, usable_metadata_title
+from data_prep.pdf_papers import NO_HEADING_NO_PROSE, abstract_heading, normalize, read_paper, usable_metadata_title
 
 JOURNAL_HEADER = "Journal of Tests 12 (2026) 1-9"
 TITLE_LINES = ["Sliding Windows over", "Very Long Documents"]
@@ -72,12 +73,15 @@ def test_running_header_above_the_title_is_not_the_title(tmp_path):
     paper = read_paper(journal_paper(tmp_path / "journal.pdf"))
     assert paper.title == TITLE
     assert paper.abstract == "We slide windows over long documents."
-    assert paper.body == "1 Introduction Documents are long. 2 Method Windows slide."
+    assert paper.body == "1 Introduction\nDocuments are long.\n2 Method\nWindows slide."
+    assert paper.found == {"title": "layout", "abstract": "heading", "keywords": "none", "body": "heading",
+                           "authors": "layout", "references": "none"}  # fmt: skip
+    assert paper.authors == "D. Author"
 
 
 def test_metadata_title_wins_over_the_largest_text(tmp_path):
     paper = read_paper(journal_paper(tmp_path / "journal.pdf", metadata_title="Windows  over Documents (final)"))
-    assert paper.title == "Windows over Documents (final)"
+    assert paper.title == "Windows over Documents (final)" and paper.found["title"] == "metadata"
 
 
 @pytest.mark.parametrize("junk", ["untitled", "Microsoft Word - draft7.doc", "paper_final.pdf", "journal", "  "])
@@ -93,11 +97,12 @@ def test_metadata_title_filter():
         assert usable_metadata_title(junk, path) is None, junk
 
 
-def test_paper_without_abstract_drops_its_large_title_from_the_body(tmp_path):
+def test_paper_without_abstract_keeps_its_title_and_header_out_of_the_body(tmp_path):
     pdf = make_pdf(tmp_path / "note.pdf", [[(9, JOURNAL_HEADER), (16, "Windowed Notes"), (10, "Windows are local.")]])
     paper = read_paper(pdf)
     assert paper.title == "Windowed Notes" and paper.abstract is None
-    assert paper.body == f"{JOURNAL_HEADER} Windows are local."
+    assert paper.abstract_missing == NO_HEADING_NO_PROSE and paper.found["abstract"] == "none"
+    assert paper.body == "Windows are local."
 
 
 def test_sizes_come_from_the_matrices_and_rotated_text_is_ignored(tmp_path):
@@ -132,32 +137,34 @@ def test_manual_mentioning_abstract_syntax_notation_has_no_abstract(tmp_path):
     ]
     paper = read_paper(make_pdf(tmp_path / "manual.pdf", [lines]))
     assert paper.title == "Protocol Manual"
-    assert paper.abstract is None
-    assert paper.body == " ".join(text for _, text in lines[1:])
+    assert paper.abstract is None and paper.abstract_missing == NO_HEADING_NO_PROSE
+    assert paper.body == "\n".join(text for _, text in lines[1:])  # lines 7 mm apart: paragraphs
 
 
 @pytest.mark.parametrize(
-    "heading, abstract",
+    "heading, rest",
     [
-        ("Abstract", "We band. It is fast."),
-        ("ABSTRACT", "We band. It is fast."),
-        ("Abstract:", "We band. It is fast."),
-        ("Abstract.", "We band. It is fast."),
-        ("Abstract\u2014", "We band. It is fast."),
-        ("Abstract\u2014We band.", "We band. We band. It is fast."),
-        ("Abstract \u2013 We band.", "We band. We band. It is fast."),
-        ("Abstract. We band.", "We band. We band. It is fast."),
-        ("Abstract: We band.", "We band. We band. It is fast."),
-        ("Abstract - We band.", "We band. We band. It is fast."),
-        ("  abstract  ", "We band. It is fast."),
-        ("ABSTRACT We band.", "We band. We band. It is fast."),
+        ("Abstract", ""),
+        ("ABSTRACT", ""),
+        ("Abstract:", ""),
+        ("Abstract.", ""),
+        ("Abstract\u2014", ""),
+        ("Abstract\u2014We band.", "We band."),
+        ("Abstract \u2013 We band.", "We band."),
+        ("Abstract. We band.", "We band."),
+        ("Abstract: We band.", "We band."),
+        ("Abstract - We band.", "We band."),
+        ("  abstract  ", ""),
+        ("ABSTRACT We band.", "We band."),
+        ("A B S T R A C T", ""),
+        ("Zusammenfassung", ""),
+        ("Résumé. Nous étudions.", "Nous étudions."),
+        ("Аннотация", ""),
+        ("摘要", ""),
     ],
 )
-def test_abstract_heading_forms(heading, abstract):
-    lines = ["Banded Kernels", heading, "We band.", "It is fast.", "1 Introduction", "Bands."]
-    paper = split_paper(lines, "Banded Kernels")
-    assert paper.abstract == abstract
-    assert paper.body == "1 Introduction Bands."
+def test_abstract_heading_forms(heading, rest):
+    assert abstract_heading(heading) == rest
 
 
 @pytest.mark.parametrize(
@@ -169,9 +176,13 @@ def test_abstract_heading_forms(heading, abstract):
         "Abstracts of talks follow.",
         "Abstract-based methods.",
         "Abstraction.",
+        "Summary statistics are given in Table 2.",
     ],
 )
 def test_abstract_at_the_start_of_running_text_is_no_heading(line):
-    paper = split_paper(["Notes", line, "More text."], "Notes")
-    assert paper.abstract is None
-    assert paper.body == f"{line} More text."
+    assert abstract_heading(line) is None
+
+
+def test_normalize_maps_look_only_forms_and_keeps_meaning():
+    assert normalize("\ufb01le \ufb02ow \ufb00ect e\ufb03cient\u00a0x \uff21\uff22") == "file flow ffect efficient x AB"
+    assert normalize("x\u00b2 \u00bd \u2460 e\u0301") == "x\u00b2 \u00bd \u2460 \u00e9"  # superscripts, fractions stay

@@ -14,7 +14,7 @@ from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
 from data_prep.doc_sources import SourceSpec
 from data_prep.gpt2_bpe import train_bpe
-from data_prep.pdf_papers import read_paper
+from data_prep.pdf_papers import NO_HEADING_NO_PROSE, read_paper
 from data_prep.wikitext import iter_wiki_pages, strip_markup
 from longformer_fs.conventions import NUM_SPECIALS
 from longformer_fs.tokenization import SubwordSpec
@@ -118,8 +118,8 @@ def test_pdf_sections_hyphenation_columns_and_furniture(pdfs):
     paper = read_paper(pdfs / "two_column.pdf")
     assert paper.title == "Sparse Attention for Long Documents"
     assert paper.abstract == "We study long documents with sparse attention."
-    assert paper.body.startswith("1 Introduction Long inputs are common in practice. Transformers are quadratic")
-    assert "The left column ends here. The right column follows it. Transformer-XL stays." in paper.body
+    assert paper.body.startswith("1 Introduction\nLong inputs are common in practice. Transformers are quadratic")
+    assert "\n2 Method\nThe left column ends here. The right column follows it. Transformer-XL stays." in paper.body
     assert HEADER not in paper.body and " 2 " not in paper.body.replace("2 Method", "")
 
 
@@ -127,13 +127,14 @@ def test_pdf_ieee_style_headings(pdfs):
     paper = read_paper(pdfs / "ieee.pdf")
     assert paper.title == "Banded Kernels"
     assert paper.abstract == "We compute the band directly."
-    assert paper.body == "I. INTRODUCTION Dense attention wastes work. II. METHOD Tiles."
+    assert paper.body == "I. INTRODUCTION\nDense attention wastes work.\nII. METHOD\nTiles."
 
 
 def test_pdf_without_abstract_keeps_text_as_body(pdfs):
     paper = read_paper(pdfs / "no_abstract.pdf")
     assert paper.abstract is None
-    assert paper.body == "Windows are local. That is all."
+    assert paper.body == "Windows are local. That is all."  # a paragraph goes on over the page
+    assert paper.abstract_missing == NO_HEADING_NO_PROSE
 
 
 def test_wikitext_is_stripped_and_dump_streamed(tmp_path):
@@ -280,7 +281,12 @@ def test_run_reports_stats_and_every_skip(prepared):
     assert reasons["malformed JSON"] == 1 and reasons["not UTF-8 text"] == 2
     assert reasons["encrypted"] == 1 and reasons["unreadable PDF"] == 1
     assert reasons["truncated file"] == 1
-    assert any(o.endswith("no_abstract.pdf") for o in stats["papers_without_abstract"])
+    papers = stats["papers"]
+    assert papers["count"] == 3 and papers["abstract_found"] == {"heading": 2, "none": 1}
+    assert papers["without_abstract"]["by_reason"] == {NO_HEADING_NO_PROSE: 1}
+    assert papers["without_abstract"]["examples"][0]["origin"].endswith("no_abstract.pdf")
+    assert "papers 3: abstracts found 2 by heading" in stdout
+    assert f"no_abstract.pdf: {NO_HEADING_NO_PROSE}" in stdout
     for name in ("books", "news", "wiki", "papers", "total", "skipped 8"):
         assert name in stdout
     # The split table: each split's documents and tokens, as the manifest records them.
@@ -292,7 +298,8 @@ def test_run_reports_stats_and_every_skip(prepared):
     assert "news.jsonl:4: malformed JSON" in stdout
     papers = [json.loads(line) for line in (out / "papers.jsonl").read_text().splitlines()]
     assert {p["title"] for p in papers} == {"Sparse Attention for Long Documents", "Banded Kernels", "Notes on Windows"}
-    assert set(papers[0]) == {"source", "file", "title", "abstract", "body"}
+    fields = {"title", "authors", "abstract", "keywords", "body", "references", "found", "abstract_missing"}
+    assert set(papers[0]) == {"source", "file"} | fields
 
 
 def test_ids_round_trip_and_documents_stay_whole(prepared, corpus):

@@ -116,8 +116,10 @@ def test_papers_from_prep_docs_become_body_to_abstract_pairs(bpe, tmp_path, caps
     stats = json.loads((out / "stats.json").read_text())
     number = next(i for i, p in enumerate(papers, 1) if p["abstract"] is None)
     assert stats["empty_side"]["count"] == 1
-    assert stats["empty_side"]["examples"][0]["origin"] == f"{docs / 'papers.jsonl'}:{number}"
-    assert "empty target ('abstract')" in stdout and f"papers.jsonl:{number}" in stdout
+    without = papers[number - 1]
+    named = f"{without['file']} ({docs / 'papers.jsonl'}:{number})"
+    assert stats["empty_side"]["examples"][0]["origin"] == named
+    assert f"{named}: empty target ('abstract'): {without['abstract_missing']}" in stdout
     assert (
         (out / "dict.source.txt").read_text() == (out / "dict.target.txt").read_text() == bpe.spec.dict_txt.read_text()
     )
