@@ -438,17 +438,20 @@ class _Paper:
             rest = abstract_heading(self.lines[i])
             if rest is None:
                 continue
-            end = self._paragraph_end(i + 1, self.lines[i + 1] if i + 1 < len(self.lines) else None, rest)
+            end = self._abstract_end(i, rest)
             text = join_lines(([rest] if rest else []) + self._texts(i + 1, end))
             return (text or None), i, end
         return None
 
-    def _paragraph_end(self, start: int, first: Line | None, rest: str) -> int:
-        """Index past the abstract that starts at ``start`` (the heading's rest, if any, before it)."""
-        size = self.lines[start - 1].size if rest else (first.size if first else self.body_size)
-        font = self.lines[start - 1].font if rest else (first.font if first else None)
-        prev = self.lines[start - 1] if rest else None
-        j = start
+    def _abstract_end(self, heading: int, rest: str) -> int:
+        """Index past the abstract under the heading line ``heading``; ``rest`` is that line's
+        text after the heading word, the abstract's first words when it is run in. The
+        abstract keeps the size and font of its first line."""
+        first = self.lines[heading] if rest else self.lines[heading + 1] if heading + 1 < len(self.lines) else None
+        size = first.size if first else self.body_size
+        font = first.font if first else None
+        prev = self.lines[heading] if rest else None
+        j = heading + 1
         while j < len(self.lines):
             line = self.lines[j]
             if j in self.furniture:

@@ -12,8 +12,8 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .backends import backend_for, get_backend
-from .spec import BandSpec, PositionTerm
+from .backends import backend_for, check_name, get_backend, record_failure
+from .spec import BackendFailed, BandSpec, PositionTerm
 from .validation import check_dilation, check_mask, check_qkv, check_scale, check_window
 
 
@@ -40,9 +40,15 @@ def band_attention_with_lse(
     if q.shape[2] == 0:
         return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
     chosen = get_backend(backend, spec, q)
-    if prepared is not None and chosen.prepare is not None:
-        return chosen.fn(q, k, v, key_mask, spec, position, prepared=prepared)
-    return chosen.fn(q, k, v, key_mask, spec, position)
+    while True:
+        try:
+            if prepared is not None and chosen.prepare is not None:
+                return chosen.fn(q, k, v, key_mask, spec, position, prepared=prepared)
+            return chosen.fn(q, k, v, key_mask, spec, position)
+        except BackendFailed as err:
+            if backend != "auto":
+                raise  # a backend asked for by name is that backend, or an error
+            chosen, prepared = record_failure(chosen.name, spec, q, err), None
 
 
 def prepare_call(
@@ -116,7 +122,7 @@ def banded_attention(
     dilations = check_dilation(dilation, heads)
     scale = check_scale(scale, head_dim)
     pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, q.device, "padding")
-    get_backend(backend)  # fail on a bad name before doing any work
+    check_name(backend)  # fail on a bad name before doing any work
 
     # A mask given here may have holes anywhere (the layers' masks are fairseq's padding), so
     # auto passes over flash; asked for by name, flash takes it and checks it on the device.

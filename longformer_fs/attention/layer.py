@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .backends import get_backend
+from .backends import check_name
 from .band import in_band
 from .dense import float32_scores
 from .functional import PreparesBand, band_attention_with_lse
@@ -160,7 +160,7 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
             raise ValueError(f"max_global: expected a positive int or None, got {max_global!r}")
         self.max_global = max_global
         self.dropout = check_dropout(dropout)
-        get_backend(backend)
+        check_name(backend)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.window = check_window(window)

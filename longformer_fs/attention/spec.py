@@ -83,3 +83,14 @@ class BandAttentionFn(Protocol):
         spec: BandSpec,
         position: PositionTerm | None = None,
     ) -> BandOutput: ...
+
+
+def refusal(backend: str, reasons: list[str]) -> str:
+    """The one line a backend asked for by name raises when it cannot compute a call."""
+    return f"backend: {backend!r} cannot compute this call: {'; '.join(reasons)}"
+
+
+class BackendFailed(RuntimeError):
+    """A backend failed on a call that its reasons allowed, in a way no check knows ahead
+    (a compilation that failed, torch's recompile limit). A backend asked for by name
+    raises it; ``auto`` records the failure and chooses again."""

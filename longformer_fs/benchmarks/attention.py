@@ -271,7 +271,8 @@ def _available_memory(device: torch.device) -> int:
 def _skip_reason(impl: str, case: Case, args) -> str | None:
     if impl in BACKENDS:  # e.g. flash in float32: a row saying why, not an error
         dtype, device = getattr(torch, args.dtype), torch.device(args.device)
-        return BACKENDS[impl].limitation(_spec(case, args.heads, args.head_dim), device, args.head_dim, dtype)
+        limits = BACKENDS[impl].limits(_spec(case, args.heads, args.head_dim), device, args.head_dim, dtype)
+        return "; ".join(limits) or None
     if impl not in DENSE:
         return None
     if case.seq_len > args.dense_max_len:

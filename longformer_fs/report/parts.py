@@ -187,9 +187,9 @@ def oracle(ctx: Context) -> dict:
             for case, dilations, causal, masked in ORACLE_CASES:
                 row = {"backend": backend, "dtype": dtype_name, "case": case, "tolerance": tolerance}
                 spec = BandSpec(window, dilations, causal, head_dim**-0.5)
-                limit = BACKENDS[backend].limitation(spec, device, head_dim, dtype)
-                if limit:
-                    rows.append({**row, "skipped": limit})
+                limits = BACKENDS[backend].limits(spec, device, head_dim, dtype)
+                if limits:
+                    rows.append({**row, "skipped": "; ".join(limits)})
                     continue
                 gen = torch.Generator().manual_seed(len(rows))
                 layer = LongformerSelfAttention(heads * head_dim, heads, window, dilations, causal, backend=backend)

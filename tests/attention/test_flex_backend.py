@@ -33,7 +33,8 @@ from longformer_fs.attention.backends.flex import (
     work,
 )
 from longformer_fs.attention.band import band_mask, residue_order
-from longformer_fs.attention.spec import BandSpec, PositionTerm
+from longformer_fs.attention.functional import band_attention_with_lse
+from longformer_fs.attention.spec import BackendFailed, BandSpec, PositionTerm
 
 CASES = [  # seq_len, window, dilations, causal, padded
     (37, 3, (1, 1), False, False),
@@ -350,7 +351,6 @@ def counted_compiles(monkeypatch):
 
     counter = KernelLengths()
     monkeypatch.setattr(flex, "_runner", lambda fn, device: flex.compiled(fn, counter))
-    monkeypatch.setattr(flex, "_FALLBACKS", {})
     monkeypatch.setattr(flex, "_length_mode", "dynamic")  # whatever LONGFORMER_FS_FLEX_LENGTHS says
     torch._dynamo.reset()
     yield counter, flex
@@ -401,7 +401,7 @@ def test_new_lengths_compile_a_bounded_number_of_times(counted_compiles, caplog)
                 torch.testing.assert_close(
                     out.transpose(1, 2)[rows].double(), want.transpose(1, 2)[rows], atol=1e-5, rtol=1e-5
                 )
-    assert flex._FALLBACKS == {} and not [r for r in caplog.records if "flex -> chunks" in r.getMessage()]
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "flex" in r.getMessage()]
     # Eight functions (plain, relative; with and without dilated heads, key padding), each
     # specialised at most for a batch of one: far from one per length or window.
     assert 8 <= counter.frame_count <= 16, counter.frame_count
@@ -427,47 +427,79 @@ def test_length_buckets_compile_once_each_and_run_static_lengths(counted_compile
                 want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 8, (1, 1))
                 torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
     assert counter.lengths == [256, 384, 512] and counter.frame_count == 3
-    assert flex._FALLBACKS == {} and flex.current_length_mode() == "dynamic"
+    assert flex.current_length_mode() == "dynamic"
 
 
-def test_hitting_the_recompile_limit_goes_to_chunks_and_says_why(counted_compiles, caplog):
+def test_hitting_the_recompile_limit_raises_and_says_why(counted_compiles):
+    """No dense path and no other backend behind the user's back: flex by name stops."""
     counter, flex = counted_compiles
     spec = BandSpec(5, (1, 1), False, 16**-0.5)
     # config.patch, not monkeypatch: dynamo's config module loses a key that monkeypatch restores.
-    with torch.no_grad(), caplog.at_level("WARNING"), torch._dynamo.config.patch(recompile_limit=1):
-        for batch, dtype in ((2, torch.float32), (2, torch.float64), (1, torch.float64)):
+    with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=1):
+        for batch, dtype in ((2, torch.float32), (2, torch.float64)):
             q, k, v = (torch.randn(batch, 2, 150, 16, dtype=dtype) for _ in range(3))
-            out, _ = flex_band_attention(q, k, v, None, spec)
-            want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 5, (1, 1))
-            torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
-    warnings = [r.getMessage() for r in caplog.records if "flex -> chunks" in r.getMessage()]
-    assert len(warnings) == 1 and "recompile limit" in warnings[0] and "dense" in warnings[0]
-    assert "plain" in flex._FALLBACKS
+            if dtype == torch.float32:
+                out, _ = flex_band_attention(q, k, v, None, spec)
+                want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 5, (1, 1))
+                torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
+                continue
+            with pytest.raises(BackendFailed, match=r"backend 'flex' failed on plain calls: .*recompile limit.*dense"):
+                flex_band_attention(q, k, v, None, spec)
 
 
-def test_a_failed_compilation_goes_to_chunks_and_says_why(counted_compiles, monkeypatch, caplog):
-    counter, flex = counted_compiles
+def _failing_compiles(monkeypatch, flex) -> list:
+    """flex's compilations, made to fail; returns the list of the graphs it was asked for."""
+    asked = []
 
     def failing_compiler(graph, example_inputs):
+        asked.append(graph)
         raise RuntimeError("no kernel for this shape (test)")
 
     monkeypatch.setattr(flex, "_runner", lambda fn, device: flex.compiled(fn, failing_compiler))
+    return asked
+
+
+def test_a_failed_compilation_raises_for_flex_by_name(counted_compiles, monkeypatch):
+    counter, flex = counted_compiles
+    _failing_compiles(monkeypatch, flex)
     q, k, v = (torch.randn(2, 2, 150, 16) for _ in range(3))
-    with torch.no_grad(), caplog.at_level("WARNING"):
-        out, _ = flex_band_attention(q, k, v, None, BandSpec(5, (1, 2), True, 0.25))
-    want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 5, (1, 2), True)
-    torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
-    warnings = [r.getMessage() for r in caplog.records if "flex -> chunks" in r.getMessage()]
-    assert len(warnings) == 1 and "compiling FlexAttention failed" in warnings[0] and "(test)" in warnings[0]
+    with torch.no_grad(), pytest.raises(BackendFailed, match=r"compiling FlexAttention failed: .*\(test\)"):
+        band_attention_with_lse(q, k, v, None, BandSpec(5, (1, 2), True, 0.25), backend="flex")
+
+
+def test_auto_records_a_failed_compilation_and_chooses_again(counted_compiles, monkeypatch, caplog):
+    """auto took flex (first in its order here), flex failed to compile: auto says so,
+    computes the call with the next backend, and does not ask flex again for that kind."""
+    from longformer_fs.attention import backends
+
+    counter, flex = counted_compiles
+    asked = _failing_compiles(monkeypatch, flex)
+    monkeypatch.setitem(backends.AUTO_ORDER, "cpu", ("flex", "chunks"))
+    backends.forget_choices()
+    spec = BandSpec(5, (1, 2), True, 0.25)
+    try:
+        with torch.no_grad(), caplog.at_level("WARNING"):
+            for seed in range(2):
+                torch.manual_seed(seed)
+                q, k, v = (torch.randn(2, 2, 150, 16) for _ in range(3))
+                out, _ = band_attention_with_lse(q, k, v, None, spec)
+                want = oracle_attention(*(x.transpose(1, 2).double() for x in (q, k, v)), 5, (1, 2), True)
+                torch.testing.assert_close(out.transpose(1, 2).double(), want, atol=1e-5, rtol=1e-5)
+        assert backends.get_backend("auto", spec, q).name == "chunks"
+    finally:
+        backends.forget_choices()
+    said = [r.getMessage() for r in caplog.records if "auto: flex failed" in r.getMessage()]
+    assert len(said) == 1 and "(test)" in said[0] and "chose chunks" in said[0]
+    assert len(asked) == 1  # the second call went to chunks at once
 
 
 def test_small_head_dimensions_on_gpu_go_elsewhere_with_a_reason():
     from longformer_fs.attention.backends import choose_backend
-    from longformer_fs.attention.backends.flex import limitation
+    from longformer_fs.attention.backends.flex import limits
 
     spec = BandSpec(16, (1,), False, 0.125)
-    assert limitation(spec, torch.device("cuda"), 8) is not None
-    assert limitation(spec, torch.device("cuda"), 16) is None
+    assert limits(spec, torch.device("cuda"), 8) != []
+    assert limits(spec, torch.device("cuda"), 16) == []
     # float32: FlashAttention, first on CUDA, passes over it too (half precision only).
     backend, reason = choose_backend(spec, torch.device("cuda"), torch.float32, head_dim=8)
     assert backend.name == "chunks" and "head dimension of 16 or more (this call: 8)" in reason

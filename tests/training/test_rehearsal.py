@@ -75,13 +75,13 @@ def test_it_fails_on_an_item_in_the_layer(monkeypatch, tmp_path):
 def test_it_fails_on_a_float32_call_reaching_flash(monkeypatch, tmp_path):
     """flash's own limits blind to the dtype (as the report's oracle part asked them): the
     CUDA op's contract, checked in a rehearsal, refuses the call."""
-    limitation = flash.limitation
+    limits = flash.limits
 
     def blind(spec, device, head_dim, dtype=None):
-        return limitation(spec, device, head_dim)
+        return limits(spec, device, head_dim)
 
-    monkeypatch.setattr(flash, "limitation", blind)
-    monkeypatch.setitem(BACKENDS, "flash", dataclasses.replace(BACKENDS["flash"], limitation=blind))
+    monkeypatch.setattr(flash, "limits", blind)
+    monkeypatch.setitem(BACKENDS, "flash", dataclasses.replace(BACKENDS["flash"], limits=blind))
     forget_choices()
     try:
         with pytest.raises(RehearsalFailure, match=r"triviaqa: FlashContractError: .*fp16 and bf16 .*float32"):

@@ -17,8 +17,19 @@ Every backend implements the same internal contract, declared as
 
 Query rows are not masked here: the caller zeroes padded rows.
 
-``auto`` chooses per call kind: device, input dtype, head dimension, dropout, and
-``plain`` or ``relative`` (:func:`choose_backend`):
+Each backend answers one question, :meth:`Backend.not_supported_reasons`: why it cannot
+take a call (its availability here, its limits, and on a GPU what ``longformer-fs check``
+recorded), as a list of reasons, empty when it can. ``auto`` passes over a backend with
+reasons, and logs them; a backend asked for by name refuses a call it cannot compute
+(:meth:`Backend.cannot_compute`: all but the records, which decide only what ``auto``
+trusts) with the same reasons, in one line (:func:`get_backend`), and so does its function. No backend
+hands a call to another: one that fails on a call its reasons allowed (a compilation)
+raises :class:`~longformer_fs.attention.spec.BackendFailed`, and ``auto`` records the
+failure and chooses again (:func:`record_failure`).
+
+``auto`` chooses per kind of call: device, input dtype, head dimension, and the spec's
+fields that some backend's reasons read (:data:`Backend.reads`; dropout, the position
+term, padding inside rows today), which are its cache key (:func:`choose_backend`):
 
 - on CPU, the compiled kernels (tested in CI against the float64 oracle), else ``chunks``;
 - on CUDA, the fastest backend that ``longformer-fs check`` measured on this GPU and
@@ -31,6 +42,7 @@ Each choice is logged once per process, with its reason, at INFO.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Callable
@@ -39,7 +51,7 @@ import torch
 
 from ... import devices
 from .. import check_records
-from ..spec import BandAttentionFn, BandSpec
+from ..spec import BandAttentionFn, BandSpec, refusal
 from ..tracing import constant_when_traced
 from . import chunks, flash, flex, kernel, reference
 from .chunks import chunks_band_attention
@@ -48,8 +60,12 @@ from .reference import reference_band_attention
 logger = logging.getLogger(__name__)
 
 
-def _no_limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> str | None:
-    return None
+def _no_limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list:
+    return []
+
+
+def _no_records(device: torch.device) -> list:
+    return []
 
 
 @dataclass(frozen=True)
@@ -62,9 +78,14 @@ class Backend:
     # a call on hardware that is not here.
     work: Callable[[int, BandSpec], int]
     unavailable_reason: Callable[[], str | None] = lambda: None
-    # Why the backend cannot compute a call (None: it can), given its spec, device, head dimension
-    # and input dtype (None: any).
-    limitation: Callable[..., str | None] = _no_limitation
+    # Why the backend cannot compute a call, (spec or None for any call, device, head
+    # dimension, input dtype or None for any) -> reasons; empty when it can. Its function
+    # refuses such a call with these reasons.
+    limits: Callable[..., list[str]] = _no_limits
+    # The BandSpec fields that ``limits`` reads: auto's choice is kept by their values.
+    reads: frozenset[str] = frozenset()
+    # Why ``longformer-fs check``'s records rule the backend out on a device (empty: they do not).
+    record_reasons: Callable[[torch.device], list[str]] = _no_records
     # What a call of a kind reads besides its tensors, built ahead of it, (T, spec, padded,
     # device) -> prepared, which the backend's fn then takes as ``prepared=``: a compiled layer
     # builds it before its graph runs (None: the backend builds nothing per kind).
@@ -74,18 +95,37 @@ class Backend:
     def available(self) -> bool:
         return self.unavailable_reason() is None
 
+    def cannot_compute(
+        self, spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None
+    ) -> list[str]:
+        """Why this backend cannot compute the call at all (empty: it can): not available
+        here, or its limits. Asked for by name, it refuses the call with these."""
+        unavailable = self.unavailable_reason()
+        if unavailable is not None:
+            return [f"not available here: {unavailable}"]
+        return self.limits(spec, device, head_dim, dtype)
+
+    def not_supported_reasons(
+        self, spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None
+    ) -> list[str]:
+        """Why ``auto`` may not take this backend for the call (empty: it may): what it
+        :meth:`cannot_compute`, and what ``check`` recorded for the device (the CUDA
+        kernels are auto's only once verified; ``check`` itself runs them by name)."""
+        reasons = self.cannot_compute(spec, device, head_dim, dtype)
+        return reasons + self.record_reasons(device) if self.available else reasons
+
 
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("flash", flash.flash_band_attention, "FlashAttention-2's sliding window from torch's aten, with "
                 "dilation as segments (fp16/bf16 on CUDA; a dense stand-in on CPU, for tests)", flash.work,
-                flash.unavailable_reason, flash.limitation),
+                flash.unavailable_reason, flash.limits, flash.READS, flash.record_reasons),
         Backend("kernel", kernel.kernel_band_attention, "compiled C++/CUDA band kernels, memory O(T*D)",
-                kernel.work, kernel.unavailable_reason, kernel.limitation),
+                kernel.work, kernel.unavailable_reason, kernel.limits, kernel.READS, kernel.record_reasons),
         Backend("flex", flex.flex_band_attention, "PyTorch FlexAttention with a block-sparse band, compiled once "
                 "for all lengths (GPU; on CPU its dense reference path, forward only)", flex.work,
-                flex.unavailable_reason, flex.limitation, flex.prepare),
+                flex.unavailable_reason, flex.limits, flex.READS, prepare=flex.prepare),
         Backend("chunks", chunks_band_attention, "blocked PyTorch, memory O(T*w)", chunks.work),
         Backend("reference", reference_band_attention, "dense masked attention, O(T^2), for tests", reference.work),
     )
@@ -119,21 +159,19 @@ def available_backends() -> list[str]:
 
 
 def why_not(
-    name: str, spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None
+    name: str,
+    spec: BandSpec | None,
+    device: torch.device,
+    head_dim: int,
+    dtype: torch.dtype | None = None,
+    failed: dict[str, str] | None = None,
 ) -> str | None:
-    """Why ``auto`` passes over backend ``name`` for this call (None: it may take it)."""
-    backend = BACKENDS[name]
-    reason = backend.unavailable_reason()
-    if reason is None and spec is not None:
-        reason = backend.limitation(spec, device, head_dim, dtype)
-    if reason is None and name == "flash" and devices.on_gpu(device):
-        return check_records.check_failed(device, kernel.build_id(), "flash")
-    if reason is None and name == "kernel" and devices.on_gpu(device):
-        if not kernel.has_cuda():
-            return "this build of the extension has no CUDA kernels"
-        ok, why = check_records.kernels_verified(device, kernel.build_id())
-        return None if ok else why
-    return reason
+    """Why ``auto`` passes over backend ``name`` for this call (None: it may take it): its
+    reasons, and a failure on calls of this kind (``failed``: name -> what it raised)."""
+    reasons = BACKENDS[name].not_supported_reasons(spec, device, head_dim, dtype)
+    if failed and name in failed:
+        reasons.append(f"it failed on a call of this kind ({failed[name]})")
+    return "; ".join(reasons) or None
 
 
 def choose_backend(
@@ -141,6 +179,7 @@ def choose_backend(
     device: torch.device | str | None,
     dtype: torch.dtype = torch.float32,
     head_dim: int = 64,
+    failed: dict[str, str] | None = None,
 ) -> tuple[Backend, str]:
     """``auto``'s choice for a call and the reason, e.g. for ``longformer-fs info``.
 
@@ -149,12 +188,13 @@ def choose_backend(
         device: where the tensors are.
         dtype: the input dtype, which ``check``'s measurements are kept by.
         head_dim: ``D`` (FlexAttention's GPU kernels need 16 or more).
+        failed: backends that failed on calls of this kind, name -> what they raised.
     """
     device = torch.device(device if device is not None else "cpu")
     order = AUTO_ORDER.get(devices.kind(device), AUTO_ORDER["cpu"])
     candidates, passed = [], []
     for name in order:
-        reason = why_not(name, spec, device, head_dim, dtype)
+        reason = why_not(name, spec, device, head_dim, dtype, failed)
         if reason is None:
             candidates.append(name)
         else:
@@ -176,7 +216,7 @@ def choose_backend(
             )
     if because is None:
         because = _TRUSTED.get((name, devices.kind(device)), "the first in auto's order that can compute the call")
-        if name == "kernel" and devices.on_gpu(device):
+        if name == "kernel" and devices.on_gpu(device):  # trusted only as `check` verified it: say when
             because = check_records.kernels_verified(device, kernel.build_id())[1]
     reason = f"{name} on {devices.kind(device)}: {because}"
     if passed:
@@ -187,28 +227,46 @@ def choose_backend(
 _LOGGED: set[tuple[str, str]] = set()
 # auto's choice per kind of call, made once per process: it is on every layer's path.
 _CHOICES: dict[tuple, str] = {}
+# Backends that failed on a kind of call, key -> {name: what it raised}: auto passes them over.
+_FAILED: dict[tuple, dict[str, str]] = {}
+# A named backend's answer per kind of call (None: it computes it), made once per process.
+_REFUSALS: dict[tuple, str | None] = {}
+# What auto decides on: this spec with the real call's values of the fields the backends read.
+_ANY_CALL = BandSpec(0, (1,), False, 1.0)
 
 
 def forget_choices() -> None:
     """Choose again on the next call (after ``check`` recorded new results)."""
     _CHOICES.clear()
+    _FAILED.clear()
+    _REFUSALS.clear()
+
+
+def spec_reads() -> tuple[str, ...]:
+    """The BandSpec fields that any backend's reasons read, sorted: what auto keys by."""
+    return tuple(sorted(frozenset().union(*(b.reads for b in BACKENDS.values()))))
+
+
+def _kind_fields(spec: BandSpec | None) -> tuple:
+    """``spec``'s values of :func:`spec_reads`, as ``((field, value), ...)``."""
+    spec = spec if spec is not None else _ANY_CALL
+    return tuple((name, getattr(spec, name)) for name in spec_reads())
 
 
 @constant_when_traced
-def _auto_name(
-    device_type: str, device_index: int, dtype: str, head_dim: int, dropout: bool, relative: bool, ends: bool
-) -> str:
+def _auto_name(device_type: str, device_index: int, dtype: str, head_dim: int, fields: tuple) -> str:
     """``auto``'s choice for calls of this kind, logged once per process and choice.
 
-    The choice depends only on these arguments and on whether the device takes the GPU's
-    decisions (:func:`longformer_fs.devices.kind`: a rehearsal changes that for ``meta``);
-    under ``torch.compile`` it is a constant of the graph, made here in plain Python.
+    The choice depends only on these arguments (``fields``: the spec's values that the
+    backends' reasons read) and on whether the device takes the GPU's decisions
+    (:func:`longformer_fs.devices.kind`: a rehearsal changes that for ``meta``); under
+    ``torch.compile`` it is a constant of the graph, made here in plain Python.
     """
-    key = (device_type, devices.kind(device_type), device_index, dtype, head_dim, dropout, relative, ends)
+    key = (device_type, devices.kind(device_type), device_index, dtype, head_dim, fields)
     if key not in _CHOICES:
         device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
-        spec = BandSpec(0, (1,), False, 1.0, 0.5 if dropout else 0.0, relative, padding_at_ends=ends)
-        backend, reason = choose_backend(spec, device, getattr(torch, dtype), head_dim)
+        spec = dataclasses.replace(_ANY_CALL, **dict(fields))
+        backend, reason = choose_backend(spec, device, getattr(torch, dtype), head_dim, _FAILED.get(key))
         if (backend.name, reason) not in _LOGGED:
             _LOGGED.add((backend.name, reason))
             logger.info("attention backend auto -> %s", reason)
@@ -216,11 +274,60 @@ def _auto_name(
     return _CHOICES[key]
 
 
+def _call_key(spec: BandSpec | None, device: torch.device | None, dtype: torch.dtype, head_dim: int) -> tuple:
+    device = device if device is not None else torch.device("cpu")
+    index = device.index if device.index is not None else -1
+    return device.type, index, str(dtype).replace("torch.", ""), head_dim, _kind_fields(spec)
+
+
+def record_failure(name: str, spec: BandSpec, q: torch.Tensor, error: BaseException) -> Backend:
+    """``auto``'s answer to ``name`` failing on a call it chose it for: remember the failure
+    for calls of this kind, say so, and choose again."""
+    device_type, index, dtype, head_dim, fields = _call_key(spec, q.device, q.dtype, q.shape[-1])
+    key = (device_type, devices.kind(device_type), index, dtype, head_dim, fields)
+    _FAILED.setdefault(key, {})[name] = str(error).splitlines()[0]
+    _CHOICES.pop(key, None)
+    again = BACKENDS[_auto_name(device_type, index, dtype, head_dim, fields)]
+    logger.warning("attention backend auto: %s failed on a call (%s); chose %s instead", name, error, again.name)
+    return again
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that is neither ``auto`` nor an available backend, in one line."""
+    if name == "auto":
+        return
+    if name not in BACKENDS:
+        raise ValueError(
+            f"backend: unknown attention backend {name!r}; choose 'auto' or one of {', '.join(available_backends())}"
+        )
+    reason = BACKENDS[name].unavailable_reason()
+    if reason is not None:
+        raise ValueError(
+            f"backend: {name!r} is not available on this machine: {reason}. "
+            f"Available: 'auto', {', '.join(repr(n) for n in available_backends())}"
+        )
+
+
 def get_backend(name: str, spec: BandSpec | None = None, q: torch.Tensor | None = None) -> Backend:
-    """Resolve a backend name, or ``"auto"`` given the call's ``spec`` and query ``(B, H, T, D)``."""
+    """Resolve a backend name, or ``"auto"`` given the call's ``spec`` and query ``(B, H, T, D)``.
+
+    A backend asked for by name refuses a call it cannot compute, with its reasons."""
     if q is None:
         return backend_for(name, spec)
     return backend_for(name, spec, q.device, q.dtype, q.shape[-1])
+
+
+@constant_when_traced
+def _refusal(name: str, device_type: str, device_index: int, dtype: str, head_dim: int, fields: tuple) -> str | None:
+    """Why ``name`` cannot compute calls of this kind, as the one line it raises (None: it can);
+    a constant of a compiled graph, as auto's choice is."""
+    key = (name, device_type, devices.kind(device_type), device_index, dtype, head_dim, fields)
+    if key not in _REFUSALS:
+        device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
+        spec = dataclasses.replace(_ANY_CALL, **dict(fields))
+        reasons = BACKENDS[name].cannot_compute(spec, device, head_dim, getattr(torch, dtype))
+        _REFUSALS[key] = refusal(name, reasons) if reasons else None
+    return _REFUSALS[key]
 
 
 def backend_for(
@@ -232,23 +339,12 @@ def backend_for(
 ) -> Backend:
     """:func:`get_backend` for a call described by its query's device, dtype and head size
     (before the query exists: a compiled layer preparing its call)."""
+    check_name(name)
+    key = _call_key(spec, device, dtype, head_dim)
     if name == "auto":
-        device = device if device is not None else torch.device("cpu")
-        index = device.index if device.index is not None else -1
-        dtype = str(dtype).replace("torch.", "")
-        dropout = spec is not None and spec.dropout_p > 0
-        relative = spec is not None and spec.relative
-        ends = spec is None or spec.padding_at_ends
-        return BACKENDS[_auto_name(device.type, index, dtype, head_dim, dropout, relative, ends)]
-    if name not in BACKENDS:
-        raise ValueError(
-            f"backend: unknown attention backend {name!r}; choose 'auto' or one of {', '.join(available_backends())}"
-        )
-    backend = BACKENDS[name]
-    reason = backend.unavailable_reason()
-    if reason is not None:
-        raise ValueError(
-            f"backend: {name!r} is not available on this machine: {reason}. "
-            f"Available: 'auto', {', '.join(repr(n) for n in available_backends())}"
-        )
-    return backend
+        return BACKENDS[_auto_name(*key)]
+    if spec is not None:
+        refused = _refusal(name, *key)
+        if refused is not None:
+            raise ValueError(refused)
+    return BACKENDS[name]

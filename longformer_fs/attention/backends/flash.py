@@ -43,12 +43,12 @@ from functools import lru_cache
 import torch
 
 from ... import devices
-from .. import calls
+from .. import calls, check_records
 from ..band import effective_window
 from ..dense import compute_dtype
-from ..spec import BandOutput, BandSpec, PositionTerm
+from ..spec import BandOutput, BandSpec, PositionTerm, refusal
 from ..tracing import constant_when_traced
-from . import flash_stand_in
+from . import flash_stand_in, kernel
 
 HALF = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256  # FlashAttention-2's largest head
@@ -74,25 +74,41 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> str | None:
-    """Why FlashAttention cannot compute this call: the position term, an unsupported head, or (on
-    CUDA) full precision or a GPU older than sm80. On CPU the stand-in computes every call."""
-    if spec.relative:
-        return "it has no relative-position term"
-    if not spec.padding_at_ends:
-        return "its masks may pad inside a row (FlashAttention takes padding at the row ends only)"
+# The BandSpec fields that limits() reads: auto keys its choice by them.
+READS = frozenset({"relative", "padding_at_ends"})
+
+
+def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
+    """Why FlashAttention cannot compute this call (empty: it can): the position term, padding
+    inside a row, an unsupported head, or (on CUDA) full precision or a GPU older than sm80.
+    On CPU the stand-in computes every call. ``spec``/``dtype`` None: any call, any dtype."""
+    reasons = []
+    if spec is not None and spec.relative:
+        reasons.append("it has no relative-position term")
+    if spec is not None and not spec.padding_at_ends:
+        reasons.append("its masks may pad inside a row (FlashAttention takes padding at the row ends only)")
     if devices.on_gpu(device):
         if head_dim % 8 or head_dim > MAX_HEAD_DIM:
-            return (
+            reasons.append(
                 f"FlashAttention-2 takes head dimensions that are multiples of 8 up to {MAX_HEAD_DIM} "
                 f"(this call: {head_dim})"
             )
         if dtype is not None and dtype not in HALF:
-            return f"FlashAttention computes in float16 or bfloat16 (this call: {str(dtype).replace('torch.', '')})"
+            reasons.append(
+                f"FlashAttention computes in float16 or bfloat16 (this call: {str(dtype).replace('torch.', '')})"
+            )
         capability = devices.gpu_capability(device)
         if capability is not None and capability[0] < 8:
-            return "FlashAttention-2 needs an sm80 GPU or newer"
-    return None
+            reasons.append("FlashAttention-2 needs an sm80 GPU or newer")
+    return reasons
+
+
+def record_reasons(device: torch.device) -> list[str]:
+    """Why ``longformer-fs check`` rules FlashAttention out on this GPU (empty: it does not)."""
+    if not devices.on_gpu(device):
+        return []
+    failed = check_records.check_failed(device, kernel.build_id(), "flash")
+    return [failed] if failed else []
 
 
 def work(seq_len: int, spec: BandSpec) -> int:
@@ -384,9 +400,11 @@ def attention_with_draws(q, k, v, key_mask, spec: BandSpec) -> tuple[torch.Tenso
 
 def flash_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
-    why_not = limitation(spec, q.device, q.shape[-1], q.dtype)
-    if why_not is not None or position is not None:
-        raise ValueError(f"backend: 'flash' cannot compute this call: {why_not or 'it has no position term'}")
+    reasons = limits(spec, q.device, q.shape[-1], q.dtype)
+    if position is not None:
+        reasons = reasons or ["it has no relative-position term"]
+    if reasons:
+        raise ValueError(refusal("flash", reasons))
     calls.record("flash", spec)
     out, lse = _band(q, k, v, key_mask, spec)
     return out, lse

@@ -58,12 +58,13 @@ function each), not by lengths or windows. Inside, the ``T`` tokens are padded t
   not attention. ``LONGFORMER_FS_FLEX_LENGTHS=buckets`` sets it for a process.
 
 Hitting the recompile limit anyway raises inside torch instead of going dense, and the
-backend then hands the call to ``chunks`` and logs why; so it does when FlexAttention
-fails to compile for a call.
+backend raises :class:`~longformer_fs.attention.spec.BackendFailed` with why; so it does
+when FlexAttention fails to compile for a call. It never hands a call to another
+backend: ``auto`` records the failure and chooses again, a ``backend="flex"`` run stops.
 
 FlexAttention computes in the input dtype with fp32 softmax statistics; the output is
 returned in the input dtype. It has no attention dropout, and its GPU kernels need a
-head dimension of at least 16: such calls go to ``chunks``, logged once.
+head dimension of at least 16 (:func:`limits`): asked for such a call, it refuses.
 
 On CPU, this torch's compiled FlexAttention is inference-only and cannot return the
 log-sum-exp, and FlexAttention has no CPU backward at all, so the backend runs the
@@ -75,7 +76,6 @@ CPU.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import types
@@ -92,10 +92,7 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attent
 from ... import devices
 from .. import calls
 from ..band import residue_length, residue_order
-from ..spec import BandOutput, BandSpec, PositionTerm
-from .chunks import chunks_band_attention
-
-logger = logging.getLogger(__name__)
+from ..spec import BackendFailed, BandOutput, BandSpec, PositionTerm, refusal
 
 BLOCK = 128  # FlexAttention's default tile, queries and keys; its kernels drop bounds checks at multiples of it
 MIN_GPU_HEAD_DIM = 16  # FlexAttention's GPU kernels need at least this
@@ -105,15 +102,20 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> str | None:
-    """Why FlexAttention cannot compute this call: dropout, or a head dimension under 16 on GPU."""
-    if spec.dropout_p:
-        return "it cannot compute this call (attention dropout)"
+READS = frozenset({"dropout_p"})  # the BandSpec fields that limits() reads
+
+
+def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
+    """Why FlexAttention cannot compute this call (empty: it can): dropout, or a head
+    dimension under 16 on GPU."""
+    reasons = []
+    if spec is not None and spec.dropout_p:
+        reasons.append("it has no attention dropout")
     if devices.on_gpu(device) and head_dim < MIN_GPU_HEAD_DIM:
-        return (
+        reasons.append(
             f"FlexAttention's GPU kernels need a head dimension of {MIN_GPU_HEAD_DIM} or more (this call: {head_dim})"
         )
-    return None
+    return reasons
 
 
 # ------------------------------------------------------------------ lengths
@@ -571,41 +573,28 @@ def _compile_settings(static: bool = False):
 
 # ------------------------------------------------------------------ the backend
 
-_FALLBACKS: dict[str, str] = {}  # why calls of a kind went to chunks, logged once each
-
-
-def _fall_back(kind: str, reason: str, q, k, v, key_mask, spec, position):
-    if kind not in _FALLBACKS:
-        _FALLBACKS[kind] = reason
-        logger.warning("attention backend flex -> chunks for %s calls: %s", kind, reason)
-    return chunks_band_attention(q, k, v, key_mask, spec, position)
-
 
 def flex_band_attention(
     q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None, prepared: Geometry | None = None
 ) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`; ``prepared``: the
     call's :class:`Geometry`, built by :func:`prepare` before a compiled layer's graph."""
-    if spec.dropout_p:
-        raise ValueError("backend: 'flex' has no attention dropout; use backend='auto' or 'chunks'")
+    reasons = limits(spec, q.device, q.shape[-1], q.dtype)
+    if reasons:
+        raise ValueError(refusal("flex", reasons))
     static = _length_mode == "buckets"
-    # A kind per compiled function: one kind's fallback leaves the others compiled.
+    # A kind per compiled function: one kind's failure leaves the others compiled.
     kind = (
         ("relative" if position is not None else "plain")
         + (" dilated" if max(spec.dilations) > 1 else "")
         + (" padded" if key_mask is not None else "")
         + (" buckets" if static else "")
     )
-    why_not = limitation(spec, q.device, q.shape[-1])
-    if why_not is not None:
-        return _fall_back(f"{kind} D={q.shape[-1]}", why_not, q, k, v, key_mask, spec, position)
-    if kind in _FALLBACKS:
-        return _fall_back(kind, _FALLBACKS[kind], q, k, v, key_mask, spec, position)
     inputs = (q, k, v) if position is None else (q, k, v, position.query, position.table)
     if q.device.type == "cpu" and torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
         raise ValueError(
-            f"backend: 'flex' has no backward on CPU in torch {torch.__version__} (a FlexAttention "
-            "limit); train on CPU with backend='kernel' or 'chunks'"
+            refusal("flex", [f"it has no backward on CPU in torch {torch.__version__} (a FlexAttention limit)"])
+            + "; train on CPU with backend='kernel' or 'chunks'"
         )
     args = (
         *call_inputs(q, key_mask, spec, static, prepared),
@@ -632,8 +621,8 @@ def flex_band_attention(
         return result
     except torch._dynamo.exc.FailOnRecompileLimitHit as err:
         reason = f"torch's recompile limit was reached, and eager FlexAttention would be dense ({err})"
-        return _fall_back(kind, reason, q, k, v, key_mask, spec, position)
+        raise BackendFailed(f"backend 'flex' failed on {kind} calls: {reason}") from err
     except torch._dynamo.exc.BackendCompilerFailed as err:  # e.g. a head size FlexAttention cannot tile
         cause = getattr(err, "inner_exception", None) or err
         reason = f"compiling FlexAttention failed: {type(cause).__name__}: {str(cause).splitlines()[0][:300]}"
-        return _fall_back(kind, reason, q, k, v, key_mask, spec, position)
+        raise BackendFailed(f"backend 'flex' failed on {kind} calls: {reason}") from err

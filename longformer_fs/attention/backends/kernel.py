@@ -14,7 +14,7 @@ any strides with a unit stride on the head dimension, so the transposed
 The relative-position term (:class:`~..spec.PositionTerm`) is fused into the kernels:
 its scores are added tile by tile, so a long window never materialises a ``(T, W)``
 position tensor. Attention dropout is not in the kernels; ``"auto"`` picks another
-backend for those calls (see :attr:`~longformer_fs.attention.backends.Backend.limitation`).
+backend for those calls (see :meth:`~longformer_fs.attention.backends.Backend.not_supported_reasons`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ... import devices
 from .. import calls
 from ..band import residue_length
 from ..dense import compute_dtype
-from ..spec import BandOutput, BandSpec, PositionTerm
+from ..spec import BandOutput, BandSpec, PositionTerm, refusal
 from ..tracing import constant_when_traced
 
 _MODULE = "longformer_fs._band_kernels"
@@ -68,9 +68,25 @@ def build_id() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-def limitation(spec: BandSpec, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> str | None:
-    """Why the kernels cannot compute this call: they have no attention dropout."""
-    return "it cannot compute this call (attention dropout)" if spec.dropout_p else None
+READS = frozenset({"dropout_p"})  # the BandSpec fields that limits() reads
+
+
+def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
+    """Why the kernels cannot compute this call (empty: they can): they have no attention dropout."""
+    return ["it has no attention dropout"] if spec is not None and spec.dropout_p else []
+
+
+def record_reasons(device: torch.device) -> list[str]:
+    """Why the CUDA kernels are not candidates on this GPU: none built, or not verified by
+    ``longformer-fs check`` for this build (empty: they are). Nothing on CPU."""
+    from .. import check_records
+
+    if not devices.on_gpu(device):
+        return []
+    if not has_cuda():
+        return ["this build of the extension has no CUDA kernels"]
+    ok, why = check_records.kernels_verified(device, build_id())
+    return [] if ok else [why]
 
 
 CUDA_TILE = 32  # kTile of cuda_ext/cuda/band_attention.cu: queries, and keys, per tile
@@ -201,8 +217,9 @@ band_forward.register_autograd(_backward, setup_context=_setup_context)
 
 def kernel_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
-    if spec.dropout_p:
-        raise ValueError("backend: 'kernel' has no attention dropout yet; use backend='auto' or 'chunks'")
+    reasons = limits(spec, q.device, q.shape[-1], q.dtype)
+    if reasons:
+        raise ValueError(refusal("kernel", reasons))
     calls.record("kernel", spec)
     key_ok = None if key_mask is None else ~key_mask
     pos_query, table = (None, None) if position is None else (position.query, position.table)
