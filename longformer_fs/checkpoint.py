@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import enum
 import json
-import os
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,7 +27,7 @@ from typing import Iterator
 
 import torch
 
-from .conventions import MANIFEST, SENTENCEPIECE_MODEL, SOURCE, TARGET
+from .conventions import MANIFEST, SENTENCEPIECE_MODEL, SOURCE, TARGET, first_data_directory
 from .fairseq_format import (
     config_get,
     find_dictionary,
@@ -188,7 +187,7 @@ class Checkpoint:
         if not data:
             return None
         try:
-            manifest = json.loads((Path(str(data).split(os.pathsep)[0]) / MANIFEST).read_text())
+            manifest = json.loads((first_data_directory(data) / MANIFEST).read_text())
             subword = manifest["inputs"]["subword"]
             kind, files = subword["kind"], [Path(stamp[0]) for stamp in subword["files"]]
         except (OSError, ValueError, KeyError, TypeError, IndexError):
@@ -219,7 +218,7 @@ class Checkpoint:
             yield Path(data), overrides
             return
         trained = config_get(task, "data")
-        trained = Path(str(trained).split(os.pathsep)[0]) if trained else None
+        trained = first_data_directory(trained) if trained else None
         if dictionary is None and trained is not None and task_dictionary(task, trained).is_file():
             yield trained, overrides
             return

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import string
 from dataclasses import dataclass
@@ -52,6 +53,12 @@ SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 
 
 # A character corpus's dictionary (``prep text8``/``enwik8``) lists each byte seen as this symbol.
+def first_data_directory(data: str | os.PathLike) -> Path:
+    """The first of fairseq's data directories (``DIR1:DIR2:...``, joined by ``os.pathsep``
+    for sharded data): where a task keeps its dictionaries."""
+    return Path(str(data).split(os.pathsep)[0])
+
+
 def byte_symbol(byte: int) -> str:
     """The dictionary symbol of one byte of text: ``0x61`` for ``a``."""
     return f"0x{byte:02x}"

@@ -21,7 +21,6 @@ It knows fairseq's file format, not our models (their weights' layout is
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import re
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from .conventions import SOURCE
+from .conventions import SOURCE, first_data_directory
 
 
 def model_config(state: dict):
@@ -125,7 +124,7 @@ def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> 
     candidates = [Path(checkpoint).parent / "dict.txt"]
     for directory in (data, config_get(task, "data")):
         if directory:
-            candidates.append(task_dictionary(task, Path(str(directory).split(os.pathsep)[0])))
+            candidates.append(task_dictionary(task, first_data_directory(directory)))
     for path in candidates:
         if path.is_file():
             return path

@@ -135,11 +135,11 @@ def _dies(ctx):
 
 def test_a_failing_or_hung_part_is_recorded_and_the_report_goes_on(tmp_path):
     parts = [
-        Part("raises", "verify", "", 30, 30, 0, _raises),
-        Part("sleeps", "verify", "", 1.5, 1.5, 0, _sleeps),
-        Part("dies", "verify", "", 30, 30, 0, _dies),
-        Part("fine", "verify", "", 30, 30, 0, lambda ctx: {"value": 3}),
-        Part("late", "verify", "", 300, 300, 100, lambda ctx: {"value": 4}),
+        Part("raises", "verify", "", cap_s=30, toy_cap_s=30, least_s=0, run=_raises),
+        Part("sleeps", "verify", "", cap_s=1.5, toy_cap_s=1.5, least_s=0, run=_sleeps),
+        Part("dies", "verify", "", cap_s=30, toy_cap_s=30, least_s=0, run=_dies),
+        Part("fine", "verify", "", cap_s=30, toy_cap_s=30, least_s=0, run=lambda ctx: {"value": 3}),
+        Part("late", "verify", "", cap_s=300, toy_cap_s=300, least_s=100, run=lambda ctx: {"value": 4}),
     ]
     seen = []
     start = time.monotonic()

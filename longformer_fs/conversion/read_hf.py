@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..conventions import BOS, EOS, PAD
+from ..conventions import BOS, EOS, PAD, SOURCE, TARGET
 from ..heads import QA_HEAD, Head
 from ..hf_format import weight_names
 from ..hf_format.token_ids import check_tokenizer, dictionary_lines
@@ -59,7 +59,7 @@ def task_arguments(head: Head | None, settings: dict, weights: dict) -> list[str
     bare encoder, trained as a masked LM)."""
     kind = head.kind if head else "masked_lm"
     if kind == "summarizer":
-        return ["--task", "translation", "--source-lang", "source", "--target-lang", "target",
+        return ["--task", "translation", "--source-lang", SOURCE, "--target-lang", TARGET,
                 "--criterion", "label_smoothed_cross_entropy",
                 "--max-source-positions", str(settings["max_source_positions"]),
                 "--max-target-positions", str(settings["max_target_positions"])]  # fmt: skip

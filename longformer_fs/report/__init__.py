@@ -39,33 +39,37 @@ RECIPE_PROCESSES = "the recipe trains through make, in processes of its own (its
 # end-to-end parts' caps leave room for compiling our models' layers (issue 61, unmeasured).
 PARTS = [
     Part("check", "verify", "`longformer-fs check --no-timing`: the compiled kernels against float64",
-         60, 120, 10, parts.check),
-    Part("sample", "end to end", "`bench sample`: writing after 8K and 32K characters", 60, 60, 15, parts.sample),
+         cap_s=60, toy_cap_s=120, least_s=10, run=parts.check),
+    Part("sample", "end to end", "`bench sample`: writing after 8K and 32K characters",
+         cap_s=60, toy_cap_s=60, least_s=15, run=parts.sample),
     Part("encoder_128k", "longest document", "LED-base's encoder reading 128K tokens, inference",
-         60, 60, 15, parts.encoder_128k),
+         cap_s=60, toy_cap_s=60, least_s=15, run=parts.encoder_128k),
     Part("finetune", "end to end", "`bench finetune`: a QA training step against HF's at 4K and 16K tokens, as the "
-         "TriviaQA recipe trains; a profile of the 16K step", 150, 90, 20, parts.finetune),
+         "TriviaQA recipe trains; a profile of the 16K step", cap_s=150, toy_cap_s=90, least_s=20, run=parts.finetune),
     Part("led", "end to end", "`bench led`: an LED training step against BART's at 16K source tokens, as the LED "
-         "recipe trains; a profile of each step", 150, 90, 20, parts.led),
+         "recipe trains; a profile of each step", cap_s=150, toy_cap_s=90, least_s=20, run=parts.led),
     Part("led_train_64k", "longest document", "one LED-base training step at 64K source tokens, bf16, the LED "
-         "recipe's dropout, activation checkpointing", 150, 60, 20, parts.led_train_64k),
-    Part("cuda_tests", "verify", "the tests CI skips without a GPU (`pytest -m gpu`)", 90, 90, 10, parts.cuda_tests,
+         "recipe's dropout, activation checkpointing", cap_s=150, toy_cap_s=60, least_s=20, run=parts.led_train_64k),
+    Part("cuda_tests", "verify", "the tests CI skips without a GPU (`pytest -m gpu`)",
+         cap_s=90, toy_cap_s=90, least_s=10, run=parts.cuda_tests,
          not_rehearsed="pytest runs in a process of its own, and the tests need a GPU"),
     Part("oracle", "verify", "every backend's layer against the float64 dense oracle, forward and backward, in "
-         "float32 and bf16: dilated, causal, global and padded", 150, 90, 10, parts.oracle),
+         "float32 and bf16: dilated, causal, global and padded", cap_s=150, toy_cap_s=90, least_s=10, run=parts.oracle),
     Part("attention", "attention speed", "forward + backward at 4K, 16K, 64K: kernel, flex, dense SDPA, "
-         "FlexAttention alone; d = 4 against d = 1; where flex's GPU time goes", 240, 90, 40, parts.attention),
+         "FlexAttention alone; d = 4 against d = 1; where flex's GPU time goes",
+         cap_s=240, toy_cap_s=90, least_s=40, run=parts.attention),
     Part("lm", "end to end", "`bench lm`: longformer_lm_small against transformer_lm (as fairseq runs it, and "
          "with causal SDPA) at 16K characters, as the char-LM recipe trains; a profile of each step",
-         240, 60, 20, parts.lm),
+         cap_s=240, toy_cap_s=60, least_s=20, run=parts.lm),
     Part("text8", "recipes", "`make text8-phase1` at toy size, then the character LM's hub on the device",
-         90, 90, 30, recipe_runs.text8, not_rehearsed=RECIPE_PROCESSES),
+         cap_s=90, toy_cap_s=90, least_s=30, run=recipe_runs.text8, not_rehearsed=RECIPE_PROCESSES),
     Part("finetune_triviaqa", "recipes", "`make finetune-triviaqa` at toy size, then the QA hub on the device",
-         120, 120, 30, recipe_runs.finetune_triviaqa, not_rehearsed=RECIPE_PROCESSES),
+         cap_s=120, toy_cap_s=120, least_s=30, run=recipe_runs.finetune_triviaqa, not_rehearsed=RECIPE_PROCESSES),
     Part("mlm_base", "recipes", "`make mlm-base` at toy size from a RoBERTa release, then `fill_mask` on the device",
-         120, 120, 30, recipe_runs.mlm_base, not_rehearsed=RECIPE_PROCESSES),
+         cap_s=120, toy_cap_s=120, least_s=30, run=recipe_runs.mlm_base, not_rehearsed=RECIPE_PROCESSES),
     Part("summarize_arxiv", "recipes", "`make summarize-arxiv` at toy size from a BART release, then the LED hub "
-         "on the device", 150, 150, 40, recipe_runs.summarize_arxiv, not_rehearsed=RECIPE_PROCESSES),
+         "on the device",
+         cap_s=150, toy_cap_s=150, least_s=40, run=recipe_runs.summarize_arxiv, not_rehearsed=RECIPE_PROCESSES),
 ]  # fmt: skip
 PART_NAMES = [part.name for part in PARTS]
 
@@ -188,7 +192,9 @@ def _run(args: argparse.Namespace, device: str, rehearsing: bool = False) -> int
         def context(name: str) -> Context:
             return Context(device, args.toy, Path(work), logs / f"{name}.log", profiles=out / "profiles")
 
-        describe = Part("machine", "verify", "this machine", 60, 60, 0, lambda ctx: machine(device))
+        describe = Part(
+            "machine", "verify", "this machine", cap_s=60, toy_cap_s=60, least_s=0, run=lambda ctx: machine(device)
+        )
         found = run_part(describe, context("machine"), 60)
         info = {k: v for k, v in found.items() if k not in ("status", "seconds")}
         bar = tqdm(total=len(chosen), desc="report", unit="part")

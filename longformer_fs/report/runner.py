@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -76,6 +76,7 @@ class Part:
     name: str
     group: str
     what: str
+    _: KW_ONLY  # the three budgets by name: three numbers in a row are easy to swap
     cap_s: float
     toy_cap_s: float
     least_s: float
