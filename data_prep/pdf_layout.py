@@ -53,7 +53,7 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class Font:
-    """A font's name (subset prefix removed) and the styles its name or flags give."""
+    """A font's name (subset prefix removed) and the styles its name gives."""
 
     name: str
     bold: bool
@@ -144,6 +144,10 @@ class _Char:
     size: float
     font: Font
 
+    def space_after(self) -> "_Char":
+        """A space right after this character: text, no ink, no size."""
+        return _Char(" ", self.x1, self.x1, self.y, 0.0, self.font)
+
 
 def _page_text(raw, textpage, n: int) -> list[int]:
     """Every character's code point, in one call where PDFium's text maps one to one."""
@@ -174,8 +178,7 @@ def _page_chars(raw, textpage, fonts: _Fonts) -> list[list[_Char]]:
             continue
         if code == 32:  # a space, drawn or inferred by PDFium
             if lines[-1] and lines[-1][-1].c != " ":
-                prev = lines[-1][-1]
-                lines[-1].append(_Char(" ", prev.x1, prev.x1, prev.y, 0.0, prev.font))
+                lines[-1].append(lines[-1][-1].space_after())
             continue
         if code < 32 and code != 2:
             continue
@@ -241,7 +244,7 @@ def _pieces(chars: list[_Char]) -> list[list[_Char]]:
             if gap > LINE_GAP * em:
                 out.append([])
             elif gap > SEGMENT_GAP * em and out[-1] and out[-1][-1].c != " ":
-                out[-1].append(_Char(" ", prev.x1, prev.x1, prev.y, 0.0, prev.font))
+                out[-1].append(prev.space_after())
         out[-1].append(c)
         prev = c
     return [p for p in (_strip(p) for p in out) if p]
@@ -304,13 +307,20 @@ def _line(page: int, chars: list[_Char]) -> Line | None:
     return Line(page, text, min(c.x0 for c in inked), max(c.x1 for c in inked), y, size, font, lead, inked[0].font)
 
 
+def _edge_word(chars: list[_Char], side: int) -> tuple[list[_Char], list[_Char]]:
+    """A run's first (``side`` 0) or last (-1) word, and the rest of the run. A run of one
+    word has it as its first word only (a number alone is counted once, as a start)."""
+    spaces = [k for k, c in enumerate(chars) if c.c == " "]
+    if not spaces:
+        return (chars, []) if side == 0 else ([], chars)
+    if side == 0:
+        return chars[: spaces[0]], _strip(chars[spaces[0] + 1 :])
+    return chars[spaces[-1] + 1 :], _strip(chars[: spaces[-1]])
+
+
 def _edge_number(chars: list[_Char], side: int) -> tuple[int, float, float] | None:
     """The number that starts (``side`` 0) or ends (``side`` -1) a run: (value, left, right)."""
-    spaces = [k for k, c in enumerate(chars) if c.c == " "]
-    if side == 0:
-        word = chars[: spaces[0]] if spaces else chars
-    else:
-        word = chars[spaces[-1] + 1 :] if spaces else []  # a number alone is counted once, as a start
+    word, _ = _edge_word(chars, side)
     text = "".join(c.c for c in word)
     if not word or not (text.isdecimal() and len(text) <= 4):  # int() takes these; "①" is a digit, not one
         return None
@@ -341,14 +351,6 @@ def _line_numbers(runs: list[list[_Char]]) -> set[tuple[int, int]]:
     return out
 
 
-def _without_edge(chars: list[_Char], side: int) -> list[_Char]:
-    """``chars`` less their first (``side`` 0) or last (-1) word."""
-    spaces = [k for k, c in enumerate(chars) if c.c == " "]
-    if not spaces:
-        return []
-    return _strip(chars[spaces[0] + 1 :] if side == 0 else chars[: spaces[-1]])
-
-
 def _page_lines(page: int, pdfium_lines: list[list[_Char]]) -> list[Line]:
     """Lines of one page: PDFium's, cut at wide gaps, line numbers left out."""
     pieces = [p for chars in pdfium_lines for p in _pieces(chars)]
@@ -357,7 +359,7 @@ def _page_lines(page: int, pdfium_lines: list[list[_Char]]) -> list[Line]:
     for k, chars in enumerate(pieces):
         for side in (-1, 0):
             if (k, side) in numbers:
-                chars = _without_edge(chars, side)
+                _, chars = _edge_word(chars, side)
         if chars and (line := _line(page, chars)) is not None:
             lines.append(line)
     return lines

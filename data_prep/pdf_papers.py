@@ -224,9 +224,8 @@ def abstract_heading(line: Line | str) -> str | None:
         return rest
     if rest[:1].isalnum() and text.lstrip()[: len(word)].isupper() and rest.split()[0] != rest.split()[0].upper():
         return rest
-    if lead is not None and lead.strip(" .:").lower() == word.lower() and not isinstance(line, str):
-        if line.lead_font != line.font:
-            return rest
+    if lead is not None and lead.strip(" .:").lower() == word.lower() and line.lead_font != line.font:
+        return rest
     return None
 
 
@@ -246,13 +245,13 @@ class _Paper:
     def __init__(self, lines: list[Line], pages: list[tuple[float, float, float, float]]):
         self.lines = lines
         self.pages = pages
-        sizes = Counter()
-        for line in lines:
+        sizes, fonts = Counter(), Counter()
+        self.by_page: dict[int, list[int]] = {}  # page -> its lines' indices
+        for i, line in enumerate(lines):
             sizes[round(line.size * 2) / 2] += len(line.text)
-        self.body_size = sizes.most_common(1)[0][0]
-        fonts = Counter()
-        for line in lines:
             fonts[line.font] += len(line.text)
+            self.by_page.setdefault(line.page, []).append(i)
+        self.body_size = sizes.most_common(1)[0][0]
         self.body_font = fonts.most_common(1)[0][0]
         self._two_columns: dict[int, bool] = {}
         self.furniture = self._furniture()
@@ -261,9 +260,7 @@ class _Paper:
 
     def _furniture(self) -> set[int]:
         """Indices of running headers and footers, and of lines that are only a page number."""
-        by_page: dict[int, list[int]] = {}
-        for i, line in enumerate(self.lines):
-            by_page.setdefault(line.page, []).append(i)
+        by_page = self.by_page
         edges: dict[int, list[int]] = {}
         keys = Counter()
         for page, indices in by_page.items():
@@ -279,17 +276,17 @@ class _Paper:
                 small = self.lines[i].size <= 1.1 * self.body_size
                 if small and keys[self._key(i)] >= repeated or _PAGE_NUMBER.match(self.lines[i].text):
                     out.add(i)
-        out |= self._set_apart_edges(by_page)
+        out |= self._set_apart_edges()
         return out
 
-    def _set_apart_edges(self, by_page: dict[int, list[int]]) -> set[int]:
+    def _set_apart_edges(self) -> set[int]:
         """The highest (lowest) lines of a page, on one baseline, when a wider gap than a
         line's parts them from the text and they are in small type or another page has its
         highest (lowest) line at the same height: running heads that alternate between pages
         ("112:2 - Authors", "Title - 112:3"), as a two-page paper has them once each."""
         out = set()
         pitch = {}  # page -> its usual distance between baselines
-        for page, indices in by_page.items():
+        for page, indices in self.by_page.items():
             steps = sorted(
                 self.lines[a].y - self.lines[b].y
                 for a, b in itertools.pairwise(indices)
@@ -299,7 +296,7 @@ class _Paper:
                 pitch[page] = steps[len(steps) // 2]
         for side in (1, -1):
             edge = {}
-            for page, indices in by_page.items():
+            for page, indices in self.by_page.items():
                 ordered = sorted(indices, key=lambda i: -side * self.lines[i].y)
                 # The edge is every line on the outermost baseline ("14:2" and the authors' names).
                 group = [i for i in ordered if abs(self.lines[i].y - self.lines[ordered[0]].y) <= 1.0]
@@ -540,9 +537,7 @@ class _Paper:
                 later = {_LIST_ITEM.match(self.lines[j].text).group(1) for j in items[k + 1 :]}
                 if {"2", "3"} <= later:
                     # REVTeX sets the authors' notes (e-mail addresses) in the list, before [1].
-                    while (
-                        i - 1 > after and self.lines[i - 1].size < 0.94 * self.body_size and not self.is_heading(i - 1)
-                    ):
+                    while i - 1 > after and self.smaller(self.lines[i - 1]) and not self.is_heading(i - 1):
                         i -= 1
                     return i, "layout"
         # REVTeX's lists have no heading and numbers as marks: the smaller type after the
@@ -550,27 +545,34 @@ class _Paper:
         rest = [i for i in range(after + 1, len(self.lines)) if i not in self.furniture]
         last_body = max((i for i in rest if self.is_body_text(i, words=1)), default=None)
         tail = [i for i in rest if last_body is not None and i > last_body]
-        if len(tail) >= 3 and all(self.lines[i].size < 0.94 * self.body_size for i in tail):
+        if len(tail) >= 3 and all(self.smaller(self.lines[i]) for i in tail):
             return tail[0], "layout"
         return None, "none"
 
+    def body_sized(self, line: Line) -> bool:
+        """In the body text's size (within 6%)."""
+        return abs(line.size - self.body_size) <= 0.06 * self.body_size
+
+    def smaller(self, line: Line) -> bool:
+        """In type smaller than the body's: footnotes, reference lists."""
+        return line.size < 0.94 * self.body_size
+
     def is_body_text(self, i: int, words: int = 4) -> bool:
-        line = self.lines[i]
-        return abs(line.size - self.body_size) <= 0.06 * self.body_size and line.words >= words
+        return self.body_sized(self.lines[i]) and self.lines[i].words >= words
 
     def footnotes(self, indices: list[int]) -> set[int]:
         """Among ``indices``, the lines below the last line of body text in their column, in smaller type."""
         lowest: dict[tuple[int, str], float] = {}
         for i in indices:
             line = self.lines[i]
-            if abs(line.size - self.body_size) <= 0.06 * self.body_size:
+            if self.body_sized(line):
                 key = (line.page, self._column(line))
                 lowest[key] = min(lowest.get(key, line.y), line.y)
         out = set()
         for i in indices:
             line = self.lines[i]
             floor = lowest.get((line.page, self._column(line)))
-            if floor is not None and line.y < floor - 0.5 and line.size < 0.94 * self.body_size:
+            if floor is not None and line.y < floor - 0.5 and self.smaller(line):
                 out.add(i)
         return out
 
@@ -580,10 +582,11 @@ class _Paper:
         left, _, right, _ = self.pages[line.page]
         middle, slack = (left + right) / 2, 0.05 * (right - left)
         if line.page not in self._two_columns:
+            others = (self.lines[i] for i in self.by_page[line.page])
             halves = Counter(
                 "left" if other.x1 <= middle + slack else "right" if other.x0 >= middle - slack else "full"
-                for other in self.lines
-                if other.page == line.page and abs(other.size - self.body_size) <= 0.06 * self.body_size
+                for other in others
+                if self.body_sized(other)
             )
             self._two_columns[line.page] = halves["left"] >= 3 and halves["right"] >= 3
         if not self._two_columns[line.page]:

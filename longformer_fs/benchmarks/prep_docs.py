@@ -104,15 +104,17 @@ def pdf_rates(files: list[Path], repeats: int) -> list[dict]:
 
 
 def bench_pdfs(args: argparse.Namespace) -> int:
-    files = sorted(p for p in args.pdfs.rglob("*") if p.suffix.lower() == ".pdf") if args.pdfs.is_dir() else []
+    files = SourceSpec("pdfs", "pdf", args.pdfs).files() if args.pdfs.exists() else []
     if not files:
         raise SystemExit(f"--pdfs: no .pdf file under {args.pdfs}")
     import pypdfium2
 
     pages = unreadable = 0
-    for path in files:
+    for path in files:  # also a warm-up pass before the timed ones
         try:
-            pages += len(pypdfium2.PdfDocument(str(path)))
+            pdf = pypdfium2.PdfDocument(str(path))
+            pages += len(pdf)
+            pdf.close()
             read_paper(path)
         except (PdfError, pypdfium2.PdfiumError):
             unreadable += 1

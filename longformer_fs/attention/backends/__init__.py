@@ -231,20 +231,28 @@ _CHOICES: dict[tuple, str] = {}
 _FAILED: dict[tuple, dict[str, str]] = {}
 # A named backend's answer per kind of call (None: it computes it), made once per process.
 _REFUSALS: dict[tuple, str | None] = {}
+_SPEC_READS: tuple[str, ...] | None = None  # spec_reads(), once worked out
 # What auto decides on: this spec with the real call's values of the fields the backends read.
 _ANY_CALL = BandSpec(0, (1,), False, 1.0)
 
 
 def forget_choices() -> None:
-    """Choose again on the next call (after ``check`` recorded new results)."""
+    """Choose again on the next call (after ``check`` recorded new results, or a backend changed)."""
+    global _SPEC_READS
     _CHOICES.clear()
     _FAILED.clear()
     _REFUSALS.clear()
+    _SPEC_READS = None
 
 
+@constant_when_traced
 def spec_reads() -> tuple[str, ...]:
-    """The BandSpec fields that any backend's reasons read, sorted: what auto keys by."""
-    return tuple(sorted(frozenset().union(*(b.reads for b in BACKENDS.values()))))
+    """The BandSpec fields that any backend's reasons read, sorted: what auto keys by. Worked
+    out once (every layer's call asks); :func:`forget_choices` works it out again."""
+    global _SPEC_READS
+    if _SPEC_READS is None:
+        _SPEC_READS = tuple(sorted(frozenset().union(*(b.reads for b in BACKENDS.values()))))
+    return _SPEC_READS
 
 
 def _kind_fields(spec: BandSpec | None) -> tuple:

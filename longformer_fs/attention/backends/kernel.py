@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import torch
 
 from ... import devices
-from .. import calls
+from .. import calls, check_records
 from ..band import residue_length
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm, refusal
@@ -79,8 +79,6 @@ def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: to
 def record_reasons(device: torch.device) -> list[str]:
     """Why the CUDA kernels are not candidates on this GPU: none built, or not verified by
     ``longformer-fs check`` for this build (empty: they are). Nothing on CPU."""
-    from .. import check_records
-
     if not devices.on_gpu(device):
         return []
     if not has_cuda():
