@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from longformer_fs import output
 from longformer_fs.conventions import NUM_SPECIALS, UNK, byte_symbol
 
-from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, up_to_date
+from .fairseq_dataset import SPLITS, MmapWriter, PrepError, Staging, file_stamp, up_to_date
 from .inputs import wrong_kind
 
 ITEM_TOKENS = 1 << 20  # fairseq items of 1M tokens; break_mode=none joins them back
@@ -80,19 +81,20 @@ def file_digest(path: Path, algorithm: str) -> str:
 
 
 def download(url: str, dest: Path, timeout: float = 30.0) -> None:
-    """Fetch ``url`` to ``dest`` with a progress bar; a clear error when offline."""
-    tmp = dest.with_suffix(dest.suffix + ".part")
+    """Fetch ``url`` to ``dest`` with a progress bar; a clear error when offline. A failed
+    or interrupted download leaves no ``dest``."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
+        with output.written_file(dest) as staged, urllib.request.urlopen(url, timeout=timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}") as bar:
+            with (
+                open(staged, "wb") as out,
+                tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}") as bar,
+            ):
                 for block in iter(lambda: response.read(1 << 20), b""):
                     out.write(block)
                     bar.update(len(block))
     except (urllib.error.URLError, OSError) as err:
-        tmp.unlink(missing_ok=True)
         raise PrepError(f"cannot download {url} ({err}); download it elsewhere and pass --zip PATH") from err
-    tmp.replace(dest)
 
 
 def read_corpus(corpus: CharCorpus, zip_path: Path, verify: bool) -> bytes:
@@ -175,24 +177,13 @@ def prepare(
     if not zip_path.is_file():
         raise PrepError(f"--zip: {zip_path} does not exist; download {corpus.url} or pass --download")
     sizes = tuple(split_sizes) if split_sizes else corpus.split_sizes
-    stat = zip_path.stat()
-    inputs = {
-        "zip": str(zip_path.resolve()),
-        "zip_size": stat.st_size,
-        "zip_mtime_ns": stat.st_mtime_ns,
-        "split_sizes": list(sizes),
-        "verified": verify,
-    }
-    previous = up_to_date(out, name, inputs, _outputs() | {zip_path.name, zip_path.name + ".part"}, force)
+    inputs = {"zip": file_stamp(zip_path), "split_sizes": list(sizes), "verified": verify}
+    previous = up_to_date(out, name, inputs, force)
     if previous is not None:
         return previous
 
     data = np.frombuffer(read_corpus(corpus, zip_path, verify), dtype=np.uint8)
     return write_dataset(data, out, sizes, name, inputs)
-
-
-def _outputs() -> set[str]:
-    return {f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx")} | {"dict.txt"}
 
 
 def write_dataset(data: np.ndarray, out: Path, sizes: tuple[int, int, int], kind: str, inputs: dict) -> dict:

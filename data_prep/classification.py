@@ -59,7 +59,6 @@ fractions.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import re
 from collections import Counter
@@ -366,25 +365,11 @@ def _label_order(symbols: set[str]) -> list[str]:
     return sorted(symbols)
 
 
-def _input_stamp(path: Path) -> list:
-    """:func:`~.fairseq_dataset.file_stamp` of a file; of a folder, its path, its file count
-    and a digest of every file's name, size and mtime (IMDB's 100,000 stamps would swell
-    the manifest)."""
-    if not Path(path).is_dir():
-        return file_stamp(path)
-    files = sorted(p for p in Path(path).rglob("*") if p.is_file())
-    digest = hashlib.sha1()
-    for file in files:
-        st = file.stat()
-        digest.update(f"{file.relative_to(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return [str(Path(path).resolve()), len(files), digest.hexdigest()]
-
-
 def input_manifest(cfg: ClassificationConfig) -> dict:
     """What the output depends on: the inputs' sizes and mtimes, and every option."""
     return {
-        "files": {split: _input_stamp(path) for split, path in cfg.files.items()},
-        "input": _input_stamp(cfg.input) if cfg.input else None,
+        "files": {split: file_stamp(path) for split, path in cfg.files.items()},
+        "input": file_stamp(cfg.input) if cfg.input else None,
         "fractions": list(cfg.fractions) if cfg.input else None,
         "seed": cfg.seed if cfg.input else None,
         "fields": [cfg.text_field, cfg.label_field],
@@ -449,7 +434,7 @@ def prepare_classification(cfg: ClassificationConfig, out: Path, force: bool = F
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    if (previous := previous_stats(out, KIND, inputs, {"input0", "label", "stats.json"}, force, log)) is not None:
+    if (previous := previous_stats(out, KIND, inputs, force, log)) is not None:
         return previous
 
     given = {"input": cfg.input} if cfg.input is not None else {s: cfg.files[s] for s in SPLITS if s in cfg.files}

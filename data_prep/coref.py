@@ -375,8 +375,7 @@ def prepare_coref(cfg: CorefConfig, out: Path, force: bool = False, log=print) -
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg, split_inputs)))
-    outputs = SplitFiles.outputs(COREF_FILES)
-    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+    if (previous := previous_stats(out, KIND, inputs, force, log)) is not None:
         return previous
 
     data, unescaped = {}, {}
@@ -397,7 +396,7 @@ def prepare_coref(cfg: CorefConfig, out: Path, force: bool = False, log=print) -
             stats[split]["unescaped"] = unescaped[split]
             stats[split]["left_out"] = split_inputs[split].left_out_record()
         result = {"max_tokens": cfg.max_tokens, "language": cfg.language, "splits": stats}
-        staging.publish(KIND, inputs, stats=result, owned=outputs, counted=("documents",))
+        staging.publish(KIND, inputs, stats=result, counted=("documents",))
     return result
 
 

@@ -19,8 +19,8 @@ Pipeline, streamed so memory does not grow with the corpus:
    ``sample_break_mode=complete_doc`` never crosses a document and ``eos`` yields
    paragraphs.
 
-Everything is written under ``OUT/.partial`` and moved in at the end; ``prep.json``,
-written last, marks a finished dataset and records the inputs, so a rerun with the
+Everything is staged beside ``OUT`` and moved in at the end; ``prep.json``, moved
+in last, marks a finished dataset and records the inputs, so a rerun with the
 same inputs does nothing and an interrupted run never looks complete. A run that
 stops on an error or Ctrl-C removes what it staged.
 """
@@ -199,8 +199,7 @@ def prepare_docs(cfg: DocPrepConfig, out: Path, force: bool = False, log=print) 
     _check_config(cfg)
     out = Path(out)
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    outputs = {"dict.txt", "stats.json", "papers.jsonl"} | {f"{s}.{e}" for s in SPLITS for e in ("bin", "idx")}
-    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+    if (previous := previous_stats(out, KIND, inputs, force, log)) is not None:
         return previous
 
     encoder = load_encoder(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs here

@@ -6,12 +6,12 @@ datasets for the splits in :data:`SPLITS`, a ``dict.txt``, and a manifest
 made from and what came out. This module holds what they share:
 
 - :class:`PrepError`, the one exception for a problem with the user's input;
-- :func:`up_to_date`, every preparation's first step: :func:`guard_out_dir`, which keeps
-  a command from mixing its files with someone else's, then :func:`finished_manifest`,
-  which makes a rerun with the same inputs a no-op;
-- :class:`Staging`: files are written under ``OUT/.partial`` and moved in together, the
-  manifest last, so an interrupted run never looks finished; a run that fails removes
-  what it staged;
+- :func:`up_to_date`, every preparation's first step: :mod:`longformer_fs.output`'s guard,
+  which keeps a command from mixing its files with someone else's, then
+  :func:`finished_manifest`, which makes a rerun with the same inputs a no-op;
+- :class:`Staging`: files are staged beside ``OUT`` and moved in together, the manifest
+  last, so an interrupted run never looks finished; a run that fails removes what it
+  staged (:mod:`longformer_fs.output`, as every writer does);
 - :class:`MmapWriter`, one fairseq mmap dataset written item by item, and
   :class:`SplitFiles`, one split of aligned datasets with a JSONL listing beside them;
 - :func:`file_stamp` (what a manifest records of an input file), :func:`batched`, and
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 import struct
 from array import array
 from pathlib import Path
@@ -34,12 +33,14 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from longformer_fs import output
 from longformer_fs.conventions import MANIFEST
 
 SPLITS = ("train", "valid", "test")
 # 2: one manifest layout for every preparation: {"format", "kind", "inputs", **outputs}.
-FORMAT_VERSION = 2
-STAGING = ".partial"
+# 3: stamps as longformer_fs.output.stamp writes them, and the files written.
+FORMAT_VERSION = 3
+COMMAND = Path(MANIFEST).stem  # "prep": the manifest is this command's record
 STATS = "stats.json"  # what a preparation returned, kept for its reruns
 
 
@@ -47,86 +48,60 @@ class PrepError(ValueError):
     """A problem with the user's inputs or output directory; the message says what to do."""
 
 
-def guard_out_dir(out: Path, ours: Iterable[str], force: bool) -> None:
-    """Check that ``out`` does not exist yet or holds nothing but this preparation's files.
-
-    It is not created here: :class:`Staging` creates it, so a run that fails on its
-    inputs leaves nothing behind.
-
-    Args:
-        out: the output directory.
-        ours: names this preparation may find there (its outputs, the manifest, its
-            downloads); :data:`MANIFEST` and :data:`STAGING` are always allowed.
-        force: accept other files (they are left alone).
-    """
-    out = Path(out)
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise PrepError(f"--out: {out} is a file, not a directory")
-    allowed = set(ours) | {MANIFEST, STAGING}
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in allowed)
-    if foreign and not force:
-        raise PrepError(
-            f"--out: {out} holds files this command did not write ({', '.join(foreign[:5])}); "
-            "choose an empty directory or pass --force"
-        )
-
-
-def read_manifest(out: Path) -> dict | None:
-    """The manifest of a finished run in ``out``, or None."""
-    try:
-        return json.loads((Path(out) / MANIFEST).read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
-
-
-def finished_manifest(out: Path, kind: str, inputs: dict) -> dict | None:
-    """The manifest in ``out`` when a finished ``kind`` run made it from exactly ``inputs``.
-
-    ``inputs`` must be JSON-like (what ``json.loads(json.dumps(inputs))`` gives back).
-    """
-    manifest = read_manifest(out)
-    if manifest is None:
-        return None
-    same = (
-        manifest.get("format") == FORMAT_VERSION and manifest.get("kind") == kind and manifest.get("inputs") == inputs
-    )
-    return manifest if same else None
-
-
-def up_to_date(out: Path, kind: str, inputs: dict, ours: Iterable[str], force: bool, log=print) -> dict | None:
-    """Every preparation's first step: guard ``out``, then find a finished run to keep.
+def up_to_date(out: Path, kind: str, inputs: dict, force: bool, log=print) -> dict | None:
+    """Every preparation's first step: :func:`longformer_fs.output.check` ``out`` (absent,
+    empty, or this kind's dataset from the same input files, unless ``force``), then find
+    a finished run to keep.
 
     Args:
-        out, ours, force: as :func:`guard_out_dir`; ``force`` also redoes a finished run.
-        kind, inputs: as :func:`finished_manifest`.
+        out: the output directory; not created here (:class:`Staging` creates it, so a run
+            that fails on its inputs leaves nothing behind).
+        kind: the preparation (``text8``, ``docs``, ...).
+        inputs: what the output depends on (JSON-like), every input file as
+            :func:`file_stamp`.
+        force: write over another directory (its other files are left alone), and redo a
+            finished run.
         log: where to say that there is nothing to do.
 
     Returns:
         The manifest of a finished ``kind`` run made from exactly ``inputs`` (said through
         ``log``), or None: the preparation has work to do.
+
+    Raises:
+        PrepError: ``out`` holds something else (one line, naming it and ``--force``).
     """
-    guard_out_dir(out, ours, force)
+    try:
+        output.check(out, COMMAND, inputs, force, kind)
+    except output.OutputRefused as err:
+        raise PrepError(str(err)) from None
     manifest = None if force else finished_manifest(out, kind, inputs)
     if manifest is not None:
         log(f"{out}: up to date (same inputs as the finished run recorded in its manifest); nothing to do")
     return manifest
 
 
-def previous_stats(out: Path, kind: str, inputs: dict, ours: Iterable[str], force: bool, log=print) -> dict | None:
+def read_manifest(out: Path) -> dict | None:
+    """The manifest of a finished run in ``out``, or None."""
+    return output.read_record(out, COMMAND)
+
+
+def finished_manifest(out: Path, kind: str, inputs: dict) -> dict | None:
+    """The manifest in ``out`` when a finished ``kind`` run of this format made it from
+    exactly ``inputs`` (JSON-like: what ``json.loads(json.dumps(inputs))`` gives back)."""
+    manifest = output.finished(out, COMMAND, inputs, kind)
+    return manifest if manifest is not None and manifest.get("format") == FORMAT_VERSION else None
+
+
+def previous_stats(out: Path, kind: str, inputs: dict, force: bool, log=print) -> dict | None:
     """:func:`up_to_date` for the preparations that keep a ``stats.json``: what the
     finished run returned (its stats), or None when there is work to do."""
-    if up_to_date(out, kind, inputs, ours, force, log) is None:
+    if up_to_date(out, kind, inputs, force, log) is None:
         return None
     return json.loads((Path(out) / STATS).read_text())
 
 
-def file_stamp(path: Path) -> list:
-    """``[resolved path, size, mtime_ns]``: an input file as a manifest records it, so a
-    rerun notices an edited or replaced file."""
-    st = Path(path).stat()
-    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+# What a manifest records of an input file or folder.
+file_stamp = output.stamp
 
 
 def batched(items: Iterable, size: int) -> Iterator[list]:
@@ -147,72 +122,45 @@ def aligned_table(rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> 
 
 
 class Staging:
-    """A preparation's outputs, written under ``OUT/.partial`` and published together.
+    """A preparation's outputs, written into :attr:`dir` and published together through
+    :mod:`longformer_fs.output` (staged beside ``out``, the manifest moved in last).
 
-    Use it as a context manager. Entering creates ``out`` if needed and clears what an
-    interrupted run left in ``.partial``; :meth:`publish` removes the old manifest
-    first, moves every staged file into ``out`` and writes the new manifest last, so a
-    crash at any point leaves a directory without a manifest, which is never taken for
-    a finished run. Leaving on an exception (bad input, Ctrl-C) removes ``.partial``,
-    and ``out`` too when this run created it and it is empty.
+    Use it as a context manager. Leaving on an exception (bad input, Ctrl-C) removes what
+    it staged, and ``out``'s parents that it made; ``out`` is untouched.
     """
 
     def __init__(self, out: Path):
         self.out = Path(out)
-        self.dir = self.out / STAGING
-        self._created_out = False
+        self._writing = output.staged(self.out, COMMAND)
+        self._staged: output.Staged | None = None
+
+    @property
+    def dir(self) -> Path:
+        return self._staged.dir
 
     def __enter__(self) -> "Staging":
-        self._created_out = not self.out.exists()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.dir.mkdir(parents=True)
+        self._staged = self._writing.__enter__()
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
-        if kind is None:
-            return
-        shutil.rmtree(self.dir, ignore_errors=True)
-        if self._created_out and self.out.is_dir() and not any(self.out.iterdir()):
-            self.out.rmdir()
+        self._writing.__exit__(kind, error, traceback)
 
     def publish(
-        self,
-        kind: str,
-        inputs: dict,
-        owned: Iterable[str] = (),
-        stats: dict | None = None,
-        counted: Iterable[str] = (),
-        **outputs,
+        self, kind: str, inputs: dict, stats: dict | None = None, counted: Iterable[str] = (), **outputs
     ) -> dict:
         """Move the staged files in and write the manifest; returns it.
 
-        ``owned`` names the files this kind of preparation may write: those in ``out``
-        that this run did not stage (a split an earlier run had) are removed, or they
-        would pass for this run's. ``stats``, what the preparation returns, is kept as
-        ``stats.json`` for :func:`previous_stats`. ``counted`` names counts of each split
-        in ``stats["splits"]`` that the manifest repeats as ``splits`` (the recipes size
-        a run's updates from them).
+        The files an earlier run of this directory wrote that this one did not (a split it
+        had) are removed, or they would pass for this run's. ``stats``, what the
+        preparation returns, is kept as ``stats.json`` for :func:`previous_stats`.
+        ``counted`` names counts of each split in ``stats["splits"]`` that the manifest
+        repeats as ``splits`` (the recipes size a run's updates from them).
         """
         if counted:
             outputs["splits"] = {s: {k: st[k] for k in counted} for s, st in stats["splits"].items()}
         if stats is not None:
             (self.dir / STATS).write_text(json.dumps(stats, indent=2))
-        manifest = {"format": FORMAT_VERSION, "kind": kind, "inputs": inputs, **outputs}
-        staged = {path.name for path in self.dir.iterdir()}
-        stale = [name for name in owned if name not in staged and (self.out / name).exists()]
-        (self.out / MANIFEST).unlink(missing_ok=True)
-        for name in stale:
-            (self.out / name).unlink()
-        for path in self.dir.iterdir():
-            target = self.out / path.name
-            if target.is_dir() and path.is_dir():
-                shutil.rmtree(target)
-            path.replace(target)
-        self.dir.rmdir()
-        tmp = self.out / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2))
-        tmp.replace(self.out / MANIFEST)
-        return manifest
+        return self._staged.publish({"format": FORMAT_VERSION, "kind": kind, "inputs": inputs, **outputs})
 
 
 # fairseq's mmap index (``MMapIndexedDataset.Index``): its magic, its version, and the
@@ -334,14 +282,6 @@ class SplitFiles:
         """``{"mean_tokens", "longest"}`` over the items added (0 for none)."""
         lengths = np.asarray(self.lengths or [0])
         return {"mean_tokens": float(lengths.mean()), "longest": int(lengths.max())}
-
-    @staticmethod
-    def outputs(fields, listings=("examples",)) -> set[str]:
-        """Every file a preparation written as such splits owns (for :meth:`Staging.publish`
-        and :func:`previous_stats`): each split's ``fields`` and ``listings``, ``dict.txt``
-        and ``stats.json``."""
-        datasets = {f"{s}.{name}.{ext}" for s in SPLITS for name in fields for ext in ("bin", "idx")}
-        return {"dict.txt", STATS} | datasets | {f"{s}.{name}.jsonl" for s in SPLITS for name in listings}
 
     @staticmethod
     def length_cells(split_stats: dict) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from tokenizers import ByteLevelBPETokenizer
 
+from longformer_fs import output
 from longformer_fs.tokenization import load_gpt2_tokenizer
 
 
@@ -23,8 +24,8 @@ def train_bpe(texts: Sequence[str], directory: Path, size: int):
     trainer = ByteLevelBPETokenizer()
     trainer.train_from_iterator(texts, vocab_size=size, min_frequency=2, show_progress=False)
     trainer.save_model(str(directory))
-    (directory / "vocab.json").replace(directory / "encoder.json")
-    (directory / "merges.txt").replace(directory / "vocab.bpe")
+    output.move(directory / "vocab.json", directory / "encoder.json")
+    output.move(directory / "merges.txt", directory / "vocab.bpe")
     tokenizer = load_gpt2_tokenizer(directory / "encoder.json", directory / "vocab.bpe")
     counts = Counter(i for encoding in tokenizer.encode_batch(list(texts)) for i in encoding.ids)
     for i in range(tokenizer.get_vocab_size()):

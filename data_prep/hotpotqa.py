@@ -75,7 +75,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longformer_fs.conventions import BOS, HOTPOTQA_FILES, HOTPOTQA_SYMBOLS, PrepKind
+from longformer_fs.conventions import BOS, HOTPOTQA_SYMBOLS, PrepKind
 
 from .fairseq_dataset import PrepError, SplitFiles, aligned_table, batched, file_stamp, previous_stats
 from .inputs import load_json
@@ -363,8 +363,7 @@ def prepare_hotpotqa(cfg: HotpotqaConfig, out: Path, force: bool = False, log=pr
     out = Path(out)
     encoder = cfg.subword.load()
     inputs = json.loads(json.dumps(input_manifest(cfg)))
-    outputs = SplitFiles.outputs(HOTPOTQA_FILES)
-    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+    if (previous := previous_stats(out, KIND, inputs, force, log)) is not None:
         return previous
 
     data = read_splits(cfg, reader=read_hotpotqa)
@@ -383,7 +382,7 @@ def prepare_hotpotqa(cfg: HotpotqaConfig, out: Path, force: bool = False, log=pr
             if absent:
                 raise PrepError(f"--evidence: no paragraphs listed for _id {absent[0]!r} ({len(absent)} in {split})")
             data[split] = [select_paragraphs(ex, evidence[ex.id], cfg.evidence) for ex in examples]
-    return write_examples(out, KIND, inputs, outputs, cfg, data, encoder, HOTPOTQA_SYMBOLS, _write_split)
+    return write_examples(out, KIND, inputs, cfg, data, encoder, HOTPOTQA_SYMBOLS, _write_split)
 
 
 def _write_split(directory, split, examples, source, encoder, symbol_ids, dictionary_size, max_tokens, bar) -> dict:

@@ -368,8 +368,7 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    outputs = SplitFiles.outputs(QA_FILES, ("windows", "examples"))
-    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+    if (previous := previous_stats(out, KIND, inputs, force, log)) is not None:
         return previous
 
     with Staging(out) as staging:
@@ -383,7 +382,7 @@ def prepare_qa(cfg: QaPrepConfig, out: Path, force: bool = False, log=print) -> 
             "questions_dropped": dropped_record(dropped["questions"]),
             "documents_dropped": dropped_record(dropped["documents"]),
         }
-        staging.publish(KIND, inputs, stats=result, owned=outputs, counted=("windows",))
+        staging.publish(KIND, inputs, stats=result, counted=("windows",))
     return result
 
 

@@ -296,12 +296,6 @@ class SplitStats:
         return out
 
 
-def output_names(split: str) -> list[str]:
-    """The files one split writes."""
-    names = [f"{split}.{SOURCE}-{TARGET}.{lang}.{ext}" for lang in (SOURCE, TARGET) for ext in ("bin", "idx")]
-    return names + [f"{split}.references.jsonl"]
-
-
 class _PairWriter:
     """The source and target datasets and the references of one split."""
 
@@ -379,9 +373,7 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
     encoder = load_encoder(cfg.subword)  # in the parent too: bad tokenizer files fail here, and workers=1 runs here
     out = Path(out)
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    every_output = {"dict.source.txt", "dict.target.txt", "stats.json"}
-    every_output |= {name for split in SPLITS for name in output_names(split)}
-    if (previous := previous_stats(out, KIND, inputs, every_output, force, log)) is not None:
+    if (previous := previous_stats(out, KIND, inputs, force, log)) is not None:
         return previous
 
     if cfg.input is None:
@@ -451,7 +443,7 @@ def prepare_summarization(cfg: SummarizationConfig, out: Path, force: bool = Fal
                 "examples": [asdict(d) for d in skipped[:REPORTED]],
             },
         }
-        staging.publish(KIND, inputs, stats=result, owned=every_output, counted=("pairs", "source_tokens"))
+        staging.publish(KIND, inputs, stats=result, counted=("pairs", "source_tokens"))
     return result
 
 

@@ -45,7 +45,6 @@ from tqdm import tqdm
 
 from longformer_fs.conventions import (
     NUM_SPECIALS,
-    WIKIHOP_FILES,
     WIKIHOP_SYMBOLS,
     PrepKind,
     wikihop_context,
@@ -220,14 +219,13 @@ def prepare_wikihop(cfg: WikihopConfig, out: Path, force: bool = False, log=prin
     out = Path(out)
     encoder = cfg.subword.load()  # first: missing tokenizer files are reported by name
     inputs = json.loads(json.dumps(input_manifest(cfg)))  # as the manifest will hold it
-    outputs = SplitFiles.outputs(WIKIHOP_FILES)
-    if (previous := previous_stats(out, KIND, inputs, outputs, force, log)) is not None:
+    if (previous := previous_stats(out, KIND, inputs, force, log)) is not None:
         return previous
 
-    return write_examples(out, KIND, inputs, outputs, cfg, read_splits(cfg), encoder, WIKIHOP_SYMBOLS, _write_split)
+    return write_examples(out, KIND, inputs, cfg, read_splits(cfg), encoder, WIKIHOP_SYMBOLS, _write_split)
 
 
-def write_examples(out, kind, inputs, outputs, cfg, data, encoder, symbols, write_split) -> dict:
+def write_examples(out, kind, inputs, cfg, data, encoder, symbols, write_split) -> dict:
     """Stage, write and publish a preparation of examples whose dictionary gains ``symbols``
     (WikiHop's, HotpotQA's): ``dict.txt`` with them appended, then each split of ``data``
     (``{split: examples}``) by ``write_split(directory, split, examples, source file,
@@ -246,7 +244,7 @@ def write_examples(out, kind, inputs, outputs, cfg, data, encoder, symbols, writ
                 staging.dir, split, examples, source, encoder, symbol_ids, dictionary_size, cfg.max_tokens, bar
             )
         result = {"max_tokens": cfg.max_tokens, "symbols": symbol_ids, "splits": stats}
-        staging.publish(kind, inputs, stats=result, owned=outputs, counted=("examples",))
+        staging.publish(kind, inputs, stats=result, counted=("examples",))
     return result
 
 

@@ -34,6 +34,7 @@ from .fairseq_format import (
     model_config,
     model_name,
     read_checkpoint,
+    task_dictionaries,
     task_dictionary,
 )
 from .heads import Head
@@ -189,7 +190,7 @@ class Checkpoint:
         try:
             manifest = json.loads((first_data_directory(data) / MANIFEST).read_text())
             subword = manifest["inputs"]["subword"]
-            kind, files = subword["kind"], [Path(stamp[0]) for stamp in subword["files"]]
+            kind, files = subword["kind"], [Path(stamp["file"]) for stamp in subword["files"]]
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
         wanted = files[:2] if kind == "gpt2" else files[:1]
@@ -204,10 +205,10 @@ class Checkpoint:
 
         ``data`` when given; else the data it was trained on, when its dictionaries are
         there; else a temporary directory holding the model's ``dict.txt`` (``dictionary``,
-        by default :meth:`dictionary`'s) where the task reads it: ``dict.{source,target}.txt``
-        for ``translation`` (LED), ``input0/dict.txt`` and the classes' ``label/dict.txt``
-        for ``sentence_prediction``, ``dict.txt`` for the others. The temporary directory is
-        gone after the block: tasks read their dictionaries at set-up.
+        by default :meth:`dictionary`'s) where the task reads it
+        (:func:`~.fairseq_format.task_dictionaries`), with a ``sentence_prediction`` model's
+        classes as ``label/dict.txt``. The temporary directory is gone after the block:
+        tasks read their dictionaries at set-up.
         """
         task, name = self.task_cfg, self.task
         overrides = {}
@@ -224,14 +225,10 @@ class Checkpoint:
             return
         dictionary = Path(dictionary) if dictionary is not None else self.dictionary()
         with tempfile.TemporaryDirectory() as tmp:
-            if name == "translation":
-                files = {f"dict.{lang}.txt": dictionary.read_bytes() for lang in (source, target)}
-            elif name == "sentence_prediction":
+            files = dict.fromkeys(task_dictionaries(task), dictionary.read_bytes())
+            if name == "sentence_prediction":
                 classes = int(config_get(task, "num_classes", 0))
-                labels = "".join(f"{k} 1\n" for k in range(classes)).encode()
-                files = {"input0/dict.txt": dictionary.read_bytes(), "label/dict.txt": labels}
-            else:
-                files = {"dict.txt": dictionary.read_bytes()}
+                files["label/dict.txt"] = "".join(f"{k} 1\n" for k in range(classes)).encode()
             for relative, content in files.items():
                 (Path(tmp) / relative).parent.mkdir(parents=True, exist_ok=True)
                 (Path(tmp) / relative).write_bytes(content)

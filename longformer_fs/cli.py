@@ -188,9 +188,21 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="fairscale")
 
 
+def _read_check_records() -> None:
+    """Let ``auto`` read what ``longformer-fs check`` recorded, in a command whose module
+    loaded the attention core (info, check, bench, report): the core alone is not told of
+    the records, and these run it without fairseq, whose loading installs them
+    (:mod:`.components`). A command without attention (prep, rouge) pays nothing."""
+    if "longformer_fs.attention" in sys.modules:
+        from .verification import use_records
+
+        use_records()
+
+
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     args = build_parser().parse_args(argv)
+    _read_check_records()  # after parsing: `--help` has exited, importing nothing
     try:
         code = args._main(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit

@@ -18,7 +18,10 @@ What registering also does, once per process:
   every process that loads the plugin: ``fairseq-train --user-dir``,
   ``fairseq-hydra-train``, torchrun's and fairseq's own spawned processes;
 - fairseq's blocking of repeated n-grams, which blocks nothing without its CUDA extension,
-  is fixed (:mod:`.generation_fixes`): ``summarize``, the hubs and ``fairseq-generate``.
+  is fixed (:mod:`.generation_fixes`): ``summarize``, the hubs and ``fairseq-generate``;
+- the attention's ``auto`` reads what ``longformer-fs check`` verified and measured on this
+  machine (:func:`~.verification.use_records`), which the plain-PyTorch core is not told of
+  by itself.
 """
 
 import atexit
@@ -26,8 +29,10 @@ import atexit
 from . import criterions, launch, lr_scheduler, models, tasks  # noqa: F401
 from .fairseq_format import allow_argparse_checkpoints
 from .generation_fixes import fix_ngram_blocking
+from .verification import use_records
 
 allow_argparse_checkpoints()
 fix_ngram_blocking()
+use_records()
 # Exit functions run before the interpreter ends daemon threads, the loaders among them.
 atexit.register(lambda: launch.stop_batch_loaders())

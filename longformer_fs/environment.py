@@ -13,10 +13,10 @@ import platform
 import torch
 
 from . import devices
-from .attention import check_records
-from .attention.backends import AUTO_ORDER, BACKENDS, choose_backend
+from .attention.backends import AUTO_ORDER, BACKENDS, backend_notes, choose_backend
 from .attention.backends import kernel as kernel_backend
 from .attention.spec import BandSpec
+from .verification import records
 
 # A plain call, a training call of the fine-tuning, MLM and LED recipes (their attention
 # dropout) and a character-LM call (relative positions): auto may answer each differently.
@@ -65,7 +65,7 @@ def measured_timings() -> dict:
         return {}
     build = kernel_backend.build_id()
     gpus = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    return {devices.gpu_name(gpu): (check_records.record_for(gpu, build) or {}).get("timings", {}) for gpu in gpus}
+    return {devices.gpu_name(gpu): (records.record_for(gpu, build) or {}).get("timings", {}) for gpu in gpus}
 
 
 def apex_report() -> dict:
@@ -101,8 +101,14 @@ def apex_report() -> dict:
 
 
 def collect() -> dict:
+    notes = backend_notes()
     backends = {
-        name: {"available": b.available, "summary": b.summary, "reason": b.unavailable_reason()}
+        name: {
+            "available": b.available,
+            "summary": b.summary,
+            "reason": b.unavailable_reason(),
+            "note": notes.get(name),  # what it runs on a CPU when that is not its own computation
+        }
         for name, b in BACKENDS.items()
     }
     cuda = devices.cuda_runtime()

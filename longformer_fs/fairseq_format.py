@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from .conventions import SOURCE, first_data_directory
+from . import output
+from .conventions import SOURCE, TARGET, first_data_directory
 
 
 def model_config(state: dict):
@@ -66,7 +67,7 @@ def save_start_checkpoint(state: dict, weights: dict, path: Path) -> None:
 
     A fresh start: no optimizer state, update 0, no data-loader position. fairseq
     reads the last optimizer-history entry, so there is one. The file is written
-    next to ``path`` and renamed, so a crash never leaves half a checkpoint.
+    whole (:func:`longformer_fs.output.written_file`): a crash never leaves half a checkpoint.
     """
     cfg = state.get("cfg")
     checkpoint = {
@@ -82,10 +83,8 @@ def save_start_checkpoint(state: dict, weights: dict, path: Path) -> None:
             "val_loss": None,
         },
     }
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(checkpoint, tmp)
-    tmp.replace(path)
+    with output.written_file(path) as staged:
+        torch.save(checkpoint, staged)
 
 
 def allow_argparse_checkpoints() -> None:
@@ -100,15 +99,21 @@ def allow_argparse_checkpoints() -> None:
     torch.serialization.add_safe_globals([argparse.Namespace])
 
 
-# Where a task reads the model's dictionary in its data directory, where not ``dict.txt``.
-_TASK_DICTIONARIES = {"sentence_prediction": "input0/dict.txt", "translation": "dict.{source_lang}.txt"}
+def task_dictionaries(task_cfg) -> list[str]:
+    """Where a task reads the model's dictionary in its data directory, relative to it, the
+    first the one it reads the model's input by: ``dict.{source,target}.txt`` for
+    ``translation`` (LED: one dictionary on both sides), ``input0/dict.txt`` for
+    ``sentence_prediction`` (its classes are ``label/dict.txt``), ``dict.txt`` for the others."""
+    name = config_get(task_cfg, "_name")
+    if name == "translation":
+        langs = config_get(task_cfg, "source_lang", SOURCE), config_get(task_cfg, "target_lang", TARGET)
+        return [f"dict.{lang}.txt" for lang in dict.fromkeys(langs)]
+    return ["input0/dict.txt" if name == "sentence_prediction" else "dict.txt"]
 
 
 def task_dictionary(task_cfg, directory: Path) -> Path:
     """Where a task set up from ``directory`` reads the model's dictionary."""
-    source_lang = config_get(task_cfg, "source_lang", SOURCE)
-    name = _TASK_DICTIONARIES.get(config_get(task_cfg, "_name"), "dict.txt").format(source_lang=source_lang)
-    return Path(directory) / name
+    return Path(directory) / task_dictionaries(task_cfg)[0]
 
 
 def find_dictionary(checkpoint: Path, state: dict, data: Path | None = None) -> Path:

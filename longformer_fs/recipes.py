@@ -19,9 +19,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from . import checkout
 from .conventions import HOTPOTQA_SYMBOLS, MANIFEST, WIKIHOP_SYMBOLS, PrepKind
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = checkout.ROOT / "recipes"  # the Hydra configs, in the checkout (longformer_fs.checkout)
 CHAR_LM_SIZES = ("small", "large")
 CHAR_LM_PHASES = (1, 2, 3, 4, 5)
 

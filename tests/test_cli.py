@@ -32,6 +32,32 @@ def test_info_reports_versions_and_backends():
     assert report["attention_backends"]["chunks"]["available"] is True
     assert report["auto"]["cpu/plain"]["backend"] in ("kernel", "chunks")
     assert "auto chooses" in result.stdout and "apex:" in result.stdout
+    # flash on a CPU is its stand-in, the CUDA op's contract: the listing says so.
+    flash = report["attention_backends"]["flash"]
+    if flash["available"]:
+        assert flash["note"].startswith("on CPU: its stand-in, the CUDA op's contract in dense PyTorch")
+        assert f"({flash['note']})" in result.stdout
+    assert report["attention_backends"]["chunks"]["note"] is None
+
+
+def test_info_reads_what_check_recorded_without_the_plugin(tmp_path, monkeypatch):
+    """The core alone reads no records: a new ``longformer-fs info`` installs them before it
+    asks auto (its choices come before anything loads fairseq, whose loading would install
+    them too). On the rehearsed GPU, auto takes the fastest backend recorded there."""
+    from longformer_fs.attention.backends import kernel
+    from longformer_fs.devices import RehearsedGpu
+    from longformer_fs.verification import records
+
+    monkeypatch.setenv("LONGFORMER_FS_CACHE", str(tmp_path))
+    timings = {"bfloat16": {"plain": {"chunks": 1.0, "flash": 2.0}}}
+    record = {"passed": False, "failures": [{}], "cases": 1, "when": "2026-01-01T00:00:00", "timings": timings}
+    key = records.record_key(RehearsedGpu().name, kernel.build_id())
+    (tmp_path / records.RECORDS).write_text(json.dumps({key: record}))
+    result = run_cli("info", "--rehearse", "--json")
+    assert result.returncode == 0, result.stderr
+    choice = json.loads(result.stdout)["auto"]["cuda/plain/bfloat16"]
+    assert choice["backend"] == "chunks", choice
+    assert "fastest that `longformer-fs check` measured here (bfloat16, plain: chunks 1.00 ms" in choice["reason"]
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])

@@ -31,7 +31,7 @@ from .dense import float32_scores
 from .functional import PreparesBand, band_attention_with_lse
 from .softmax import masked_softmax_with_lse, merge_attention
 from .spec import BandSpec
-from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
+from .validation import check_layer, check_mask
 
 
 def global_token_index(global_mask: torch.Tensor, max_global: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,16 +155,15 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         max_global: int | None = None,
     ):
         super().__init__()
-        self.head_dim = check_heads(embed_dim, num_heads)
+        self.head_dim, self.window, self.dilations, self.dropout = check_layer(
+            embed_dim, num_heads, window, dilation, dropout
+        )
         if max_global is not None and (not isinstance(max_global, int) or max_global < 1):
             raise ValueError(f"max_global: expected a positive int or None, got {max_global!r}")
         self.max_global = max_global
-        self.dropout = check_dropout(dropout)
         check_name(backend)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.window = check_window(window)
-        self.dilations = check_dilation(dilation, num_heads)
         self.causal = bool(causal)
         self.backend = backend
         self.scale = self.head_dim**-0.5

@@ -21,12 +21,13 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
+from .backends import check_name
 from .cache import BandCache
 from .dense import compute_dtype
 from .functional import PreparesBand, band_attention_with_lse
 from .relative import band_distances, head_distances, sinusoid
 from .spec import BandSpec, PositionTerm
-from .validation import check_dilation, check_dropout, check_heads, check_mask, check_window
+from .validation import check_layer, check_mask
 
 
 class RelativeBandSelfAttention(PreparesBand, nn.Module):
@@ -53,11 +54,12 @@ class RelativeBandSelfAttention(PreparesBand, nn.Module):
         backend: str = "auto",
     ):
         super().__init__()
-        self.head_dim = check_heads(embed_dim, num_heads)
+        self.head_dim, self.window, self.dilations, self.dropout = check_layer(
+            embed_dim, num_heads, window, dilation, dropout
+        )
         self.embed_dim, self.num_heads = embed_dim, num_heads
-        self.window = check_window(window)
-        self.dilations = check_dilation(dilation, num_heads)
-        self.causal, self.dropout, self.backend = bool(causal), check_dropout(dropout), backend
+        check_name(backend)  # a bad name fails here, as LongformerSelfAttention's does
+        self.causal, self.backend = bool(causal), backend
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
         self.pos_proj = nn.Linear(embed_dim, embed_dim, bias=False)  # W_R
         self.out_proj = nn.Linear(embed_dim, embed_dim)

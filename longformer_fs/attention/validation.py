@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 
@@ -53,6 +53,23 @@ def check_dropout(dropout) -> float:
     if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
     return float(dropout)
+
+
+class LayerArgs(NamedTuple):
+    """A band layer's constructor arguments, checked: ``head_dim = C / H``, the one-sided
+    window, one dilation per head, the attention dropout."""
+
+    head_dim: int
+    window: int
+    dilations: tuple[int, ...]
+    dropout: float
+
+
+def check_layer(embed_dim, num_heads, window, dilation, dropout) -> LayerArgs:
+    """What both band layers (:mod:`.layer`, :mod:`.relative_layer`) check when built, in
+    one order, so that they refuse the same arguments with the same messages."""
+    head_dim = check_heads(embed_dim, num_heads)
+    return LayerArgs(head_dim, check_window(window), check_dilation(dilation, num_heads), check_dropout(dropout))
 
 
 def check_scale(scale, head_dim: int) -> float:

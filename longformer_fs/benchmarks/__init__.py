@@ -1,8 +1,9 @@
 """Benchmarks behind ``longformer-fs bench``; they print ratios measured side by side."""
 
 import argparse
-import json
 from pathlib import Path
+
+from .. import output
 
 
 def int_list(text: str) -> list[int]:
@@ -16,5 +17,5 @@ def int_list(text: str) -> list[int]:
 
 def write_results(out: Path, results) -> None:
     """Write ``results`` as ``out/results.json`` and say where."""
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    output.write_json(out / "results.json", results)
     print(f"wrote {out / 'results.json'}")

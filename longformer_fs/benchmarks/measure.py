@@ -24,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from .. import devices
-from ..attention.backend_speed import median_time  # noqa: F401 (the calibration's timer, every bench's too)
+from ..verification.backend_speed import median_time  # noqa: F401 (the calibration's timer, every bench's too)
 
 
 @contextlib.contextmanager

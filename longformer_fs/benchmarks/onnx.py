@@ -30,9 +30,10 @@ from tqdm import tqdm
 
 from ..checkpoint import Checkpoint
 from ..export.hf import export_longformer
-from ..export.onnx import DEFAULT_OPSET, trace
+from ..export.onnx_encoder import trace
 from ..export.onnx_quantize import quantize_file
 from ..export.onnx_served import INPUTS, Head, ServedModel
+from ..export.onnx_trace import DEFAULT_OPSET
 from . import int_list, write_results
 from .finetune import VOCAB, build_ours
 from .measure import median_time, run_isolated

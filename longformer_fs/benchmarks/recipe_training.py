@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from .. import devices
+from .. import checkout, devices
 from ..precision import unsupported_precision
 from .measure import check_device
 
@@ -174,7 +174,7 @@ def recipe_training(
         common = {recipe_precision: recipe_precision != "fp32", "cpu": not devices.on_gpu(device)}
         precision = "fp32" if unsupported_precision(common)[0] else recipe_precision
     try:
-        shown = str(Path(recipe).resolve().relative_to(Path(__file__).resolve().parents[2]))
+        shown = str(Path(recipe).resolve().relative_to(checkout.ROOT))
     except ValueError:
         shown = str(recipe)
     return Training(

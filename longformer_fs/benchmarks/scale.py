@@ -25,12 +25,10 @@ from tqdm import tqdm
 
 from data_prep.char_corpus import write_dataset
 
-from .. import devices
+from .. import checkout, devices
 from ..recipes import phase_settings
 from . import int_list as _int_list
 from . import write_results
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +64,7 @@ def train_command(data: Path, save: Path, args, processes: int) -> list[str]:
     layers = args.layers or model["decoder_layers"]
     width = args.width or model["decoder_embed_dim"]
     train = [
-        str(data), "--user-dir", str(ROOT / "longformer_fs"), "--task", "longformer_char_lm",
+        str(data), "--user-dir", str(checkout.ROOT / "longformer_fs"), "--task", "longformer_char_lm",
         "--arch", "longformer_lm_small", "--criterion", "bpc_cross_entropy",
         "--decoder-layers", str(layers), "--decoder-embed-dim", str(width),
         "--decoder-ffn-embed-dim", str(4 * width), "--decoder-attention-heads", str(model["decoder_attention_heads"]),
@@ -106,7 +104,7 @@ def run(processes: int, data: Path, args) -> dict:
     threads = max(1, (os.cpu_count() or 1) // processes)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     cmd = train_command(data, args.out / f"save-{processes}", args, processes)
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout.ROOT, env=env)
     log = log_path(args.out, processes)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(result.stdout + result.stderr)

@@ -10,10 +10,10 @@ import torch
 from tqdm import tqdm
 
 from .. import devices
-from ..attention.backend_speed import SHAPES, measure_backends
 from ..attention.backends import KINDS, choose_backend
-from ..attention.kernel_check import CASES, run_check, save_report
 from ..attention.spec import BandSpec
+from ..verification.backend_speed import SHAPES, measure_backends
+from ..verification.kernel_check import CASES, run_check, save_report
 from .options import add_device_argument
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}

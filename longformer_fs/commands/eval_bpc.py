@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from tqdm import tqdm
 
+from .. import output
 from ..evaluation.char_lm import score_checkpoint
 from .options import add_device_argument, add_evaluation_arguments
 
@@ -57,5 +57,5 @@ def main(args: argparse.Namespace) -> int:
         f"(= the split's {n_chars:,}; {result.windows} windows of {args.window}, step {args.step})"
     )
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
+        output.write_json(args.json, summary)
     return 0

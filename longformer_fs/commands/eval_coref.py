@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from .. import output
 from ..checkpoint import load_model
 from ..evaluation.coref import predict_split, score_split
 from ..evaluation.coref_metrics import METRICS
@@ -46,9 +47,7 @@ def main(args: argparse.Namespace) -> int:
     predictions = predict_split(model, task, args.split, args.device)
     scores = score_split(task, args.split, predictions)
     if args.predictions:
-        with open(args.predictions, "w", encoding="utf-8") as out:
-            for prediction in predictions:
-                out.write(json.dumps(prediction, ensure_ascii=False) + "\n")
+        output.write_text(args.predictions, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
     if args.json:
         print(json.dumps(scores, indent=2))
         return 0

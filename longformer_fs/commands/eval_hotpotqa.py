@@ -11,6 +11,7 @@ from pathlib import Path
 from data_prep.fairseq_dataset import read_manifest
 from data_prep.hotpotqa import KIND
 
+from .. import output
 from ..checkpoint import load_model
 from ..conventions import MANIFEST
 from ..evaluation.hotpotqa import (
@@ -85,10 +86,10 @@ def main(args: argparse.Namespace) -> int:
         model, task, args.split, args.max_answer_tokens, args.sp_paragraphs, args.batch_size, args.device
     )
     if args.predictions:
-        args.predictions.write_text(json.dumps(prediction_file(predictions), indent=1, ensure_ascii=False))
+        output.write_text(args.predictions, json.dumps(prediction_file(predictions), indent=1, ensure_ascii=False))
     if args.write_evidence:
         evidence = evidence_file(predictions, args.evidence_paragraphs)
-        args.write_evidence.write_text(json.dumps(evidence, indent=1, ensure_ascii=False))
+        output.write_text(args.write_evidence, json.dumps(evidence, indent=1, ensure_ascii=False))
     if not labelled:
         written = ", ".join(str(path) for path in (args.predictions, args.write_evidence) if path)
         if args.json:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from data_prep.qa import prepared_format
 
+from .. import output
 from ..checkpoint import load_model
 from ..conventions import MANIFEST
 from ..evaluation.qa import (
@@ -71,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    path.write_text(json.dumps(value, indent=1, ensure_ascii=False), encoding="utf-8")
+    output.write_text(path, json.dumps(value, indent=1, ensure_ascii=False))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -10,8 +10,9 @@ from .options import print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..export.onnx import DEFAULT_OPSET, DTYPES, TOLERANCE
+    from ..export.onnx_encoder import TOLERANCE
     from ..export.onnx_quantize import QUANTIZATIONS
+    from ..export.onnx_trace import DEFAULT_OPSET, DTYPES
 
     parser.description = (
         "Write a longformer_roberta checkpoint (masked LM, classifier from sentence_prediction, or QA model "
@@ -82,8 +83,9 @@ def _summary(report: dict):
             f"{c['source_tokens']} tokens ({c['summary_tokens']} summary tokens)" for c in check["greedy"]
         )
     else:
-        yield f"  inputs: {', '.join(report['inputs'])} (int64, [batch, length]; length 1 to {report['max_length']})"
-        yield f"  outputs: {', '.join(report['outputs'])}"
+        lengths = f"length 1 to {report['max_length']}"
+        yield f"  inputs: {', '.join(report['onnx_inputs'])} (int64, [batch, length]; {lengths})"
+        yield f"  outputs: {', '.join(report['onnx_outputs'])}"
         yield (
             f"  self-check: onnxruntime = PyTorch within {check['max_difference']:.1e} of the largest output "
             f"(tolerance {check['tolerance']:.0e}) at lengths {', '.join(map(str, check['lengths']))}, "

@@ -49,7 +49,8 @@ def main(args: argparse.Namespace) -> int:
     print("attention backends")
     for name, b in report["attention_backends"].items():
         state = "available" if b["available"] else f"unavailable: {b['reason']}"
-        print(f"  {name:<14} {b['summary']}; {state}")
+        note = f" ({b['note']})" if b["note"] else ""
+        print(f"  {name:<14} {b['summary']}; {state}{note}")
     print("auto chooses")
     for call, choice in report["auto"].items():
         print(f"  {call:<30} {choice['reason']}")

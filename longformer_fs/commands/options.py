@@ -82,7 +82,13 @@ def config_from_args(config_type: type, args: argparse.Namespace, **given):
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     """``--out`` (required) and ``--force``, for a preparation that rebuilds only what changed."""
     parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--force", action="store_true", help="rebuild even when up to date / write into a used dir")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild even when up to date, and write into OUT when it holds something else (files this "
+        "command did not write are left alone; without it, OUT must be absent, empty, or this kind of "
+        "dataset from the same input files)",
+    )
 
 
 def add_evaluation_arguments(

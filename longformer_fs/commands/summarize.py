@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from data_prep.summarize_inputs import read_documents
 
+from .. import output
 from ..checkpoint import Checkpoint
 from ..evaluation.rouge import rouge_scores
 from ..evaluation.summarization import (
@@ -80,8 +81,7 @@ def main(args: argparse.Namespace) -> int:
     summaries = [to_text(h, encoder) for h in hypotheses]
     rows = [json.dumps({"id": i, "summary": s}, ensure_ascii=False) for i, s in zip(ids, summaries, strict=True)]
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+        output.write_text(args.out, "".join(r + "\n" for r in rows))
         print(f"wrote {len(rows)} summaries to {args.out}")
     else:
         print("\n".join(rows))
@@ -92,5 +92,5 @@ def main(args: argparse.Namespace) -> int:
             + ", ".join(f"{name} {scores[name]['f1']:.2f}" for name in ("rouge1", "rouge2", "rougeLsum"))
         )
         if args.out:
-            args.out.with_suffix(".rouge.json").write_text(json.dumps(scores, indent=2))
+            output.write_json(args.out.with_suffix(".rouge.json"), scores)
     return 0

@@ -46,4 +46,4 @@ def import_hf(hf_dir: Path, out_dir: Path, max_positions: int | None = None, tok
         "tokenizer": [str(f) for f in model.tokenizer.files],
     }  # fmt: skip
     model.write(out_dir, COMMAND, report, force)
-    return report | {"source_files": model.source_files}
+    return report | {"inputs": model.sources}

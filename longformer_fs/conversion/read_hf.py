@@ -36,7 +36,7 @@ from ..hf_format.tokenizer_files import ByteLevelBPE, SentencePieceVocab, read_t
 from ..models import led as led_layout
 from ..models import longformer_roberta as roberta_layout
 from ..models.weight_layout import reserved_position_rows
-from ..output import source_files
+from ..output import sources
 from .hf_directory import HFDirectoryError, HFModelDirectory, read_config, read_weights
 from .released import NotConvertibleError, ReleasedModel, training_config
 
@@ -85,7 +85,7 @@ def _released(directory: HFModelDirectory, tokenizer, arch: str, weights: dict, 
         arguments += ["--" + key.replace("_", "-"), str(settings[key])]
     cfg = training_config(["--arch", arch, *arguments], settings)
     return ReleasedModel(directory.path, cfg, weights, dictionary_lines(tokenizer, rows), tokenizer,
-                         source_files(*directory.files), directory.model_type, head, left_out, notes)  # fmt: skip
+                         sources(*directory.files), directory.model_type, head, left_out, notes)  # fmt: skip
 
 
 # ---------------------------------------------------------------- reading config.json

@@ -15,7 +15,7 @@ from ..conventions import SENTENCEPIECE_MODEL
 from ..fairseq_format import read_checkpoint
 from ..heads import Head
 from ..hf_format.tokenizer_files import read_sentencepiece
-from ..output import source_files
+from ..output import sources
 from .read_hf import read_hf_release
 from .released import NotConvertibleError, ReleasedModel
 
@@ -55,7 +55,7 @@ def read_fairseq_release(src: Path) -> ReleasedModel:
         tokenizer = read_sentencepiece(ckpt.parent, hf_ids=False)
         files.append(ckpt.parent / SENTENCEPIECE_MODEL)
     lines = dictionary.read_text(encoding="utf-8").splitlines()
-    model = ReleasedModel(ckpt, cfg, state["model"], lines, tokenizer, source_files(*files))
+    model = ReleasedModel(ckpt, cfg, state["model"], lines, tokenizer, sources(*files))
     if not model.is_encoder:
         model.head = Head("summarizer")
     return model

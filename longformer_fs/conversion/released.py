@@ -51,7 +51,8 @@ class ReleasedModel:
         tokenizer: the tokenizer that goes along as ``prep``'s files, where the release has
             one the model's ids follow from (an HF directory, XLM-R's ``sentencepiece.bpe.model``);
             fairseq's RoBERTa and BART ship GPT-2's BPE separately.
-        source_files: the names and sizes of the files it was read from (``--out``'s guard).
+        sources: the files it was read from, stamped (:func:`longformer_fs.output.sources`): the
+            record's ``inputs``, which ``--out``'s guard reads.
         model_type: HF's ``model_type``; None for a fairseq release.
         head: the head it brought, which decides the task its config names; None for a
             bare encoder (given a fresh masked-LM head, which fine-tuning never reads).
@@ -66,7 +67,7 @@ class ReleasedModel:
     weights: dict = field(repr=False)
     dictionary: list[str] = field(repr=False)
     tokenizer: PrepTokenizer | None = field(default=None, repr=False)
-    source_files: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)
     model_type: str | None = None
     head: Head | None = Head("masked_lm")
     left_out: list[str] = field(default_factory=list)
@@ -126,7 +127,7 @@ class ReleasedModel:
         task = self.cfg.get("task")
         if task is not None:
             config_set(task, data=str(out_dir.resolve()))
-        with guarded_output(out_dir, command, report | {"source_files": self.source_files}, force) as staging:
+        with guarded_output(out_dir, command, report | {"inputs": self.sources}, force) as staging:
             save_start_checkpoint({"cfg": self.cfg}, self.weights, staging / "model.pt")
             (staging / "dict.txt").write_text("".join(line + "\n" for line in self.dictionary), encoding="utf-8")
             if self.tokenizer is not None:

@@ -33,12 +33,9 @@ from ..hf_format.tokenizer_files import CAMEMBERT_BOS_EOS
 from ..hf_format.tokenizer_out import write_hf_tokenizer
 from ..models import longformer_roberta as layout
 from ..modules.per_layer import layer_values
-from ..output import guarded_output, source_files
+from ..output import guarded_output, sources
+from .errors import ExportError
 from .hf_led import export_led
-
-
-class ExportError(ValueError):
-    """The model cannot be expressed as an HF Longformer."""
 
 
 def check_exportable(args, layers: int) -> list[int]:
@@ -173,13 +170,10 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
     (:func:`~longformer_fs.output.guarded_output`).
     """
     ours = Checkpoint.read(checkpoint)
-    try:
-        exporter = EXPORTERS.get(ours.kind)
-        if exporter is None:
-            raise ExportError(f"checkpoint: {checkpoint} is a character LM; HF transformers has no such model")
-        model, report = exporter(ours)
-    except ValueError as err:
-        raise ExportError(str(err)) from None
+    exporter = EXPORTERS.get(ours.kind)
+    if exporter is None:
+        raise ExportError(f"checkpoint: {checkpoint} is a character LM; HF transformers has no such model")
+    model, report = exporter(ours)
     if tokenizer is not None and dictionary is None:
         dictionary = ours.dictionary()
     if dictionary is not None and not Path(dictionary).is_file():
@@ -192,7 +186,7 @@ def export_hf(checkpoint: Path, out_dir: Path, tokenizer: Path | None = None, di
         report["notes"] = _tokenizer_ids(model, own)
     report = {"checkpoint": str(checkpoint), "output": str(out_dir), **report, "tokenizer": None,
               "dictionary": None if dictionary is None else str(dictionary),
-              "source_files": source_files(checkpoint)}  # fmt: skip
+              "inputs": sources(checkpoint)}  # fmt: skip
     with guarded_output(out_dir, COMMAND, report, force) as staging:  # the record is written last: as filled in
         model.save_pretrained(staging)
         if tokenizer is not None:

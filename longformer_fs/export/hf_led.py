@@ -19,12 +19,13 @@ from ..hf_format import weight_names
 from ..models import led as layout
 from ..models.weight_layout import reserved_position_rows
 from ..modules.per_layer import layer_values
+from .errors import ExportError
 
 
 def led_windows(args, layers: int) -> list[int]:
     windows = layer_values(config_get(args, "attention_window", str(layout.DEFAULT_WINDOW)), layers, "attention window")
     if min(windows) < 1:
-        raise ValueError("checkpoint: HF LED needs a window of at least 1 on each side")
+        raise ExportError("checkpoint: HF LED needs a window of at least 1 on each side")
     return list(windows)
 
 
@@ -80,12 +81,12 @@ def export_led(checkpoint: Checkpoint):
     args, weights = checkpoint.model_cfg, checkpoint.state["model"]
     encoder, decoder = layout.encoder_layers(weights), layout.decoder_layers(weights)
     if config_get(args, "encoder_normalize_before", False) or config_get(args, "decoder_normalize_before", False):
-        raise ValueError("checkpoint: pre-layernorm layers differ from HF LED's (BART's) layers; export refused")
+        raise ExportError("checkpoint: pre-layernorm layers differ from HF LED's (BART's) layers; export refused")
     windows = led_windows(args, encoder)
     model = LEDForConditionalGeneration(led_config(args, weights, windows, decoder))
     missing, unexpected = model.load_state_dict(led_state_dict(weights, encoder, decoder), strict=False)
     if unexpected or missing:
-        raise ValueError(f"checkpoint: weights do not map onto HF LED (missing {missing}, unexpected {unexpected})")
+        raise ExportError(f"checkpoint: weights do not map onto HF LED (missing {missing}, unexpected {unexpected})")
     report = {
         "layers": [encoder, decoder],
         "attention_window_hf": [2 * w for w in windows],

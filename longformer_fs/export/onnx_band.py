@@ -35,8 +35,10 @@ from __future__ import annotations
 from onnxscript import BOOL, FLOAT, INT64, graph, ir, script
 from onnxscript import opset18 as op
 
+from .errors import OnnxExportError
 
-class NotLowerableError(ValueError):
+
+class NotLowerableError(OnnxExportError):
     """A band attention call that the ONNX lowering does not compute."""
 
 

@@ -45,6 +45,7 @@ from ..serving.summarizer import (
     OnnxSummarizer,
     cache_names,
 )
+from .errors import OnnxExportError
 from .onnx_quantize import quantize_file
 from .onnx_served import INPUTS, encoder_features, refuse_dilated, use_kernel_backend
 from .onnx_trace import export_graph
@@ -93,7 +94,9 @@ def refuse_unusual_decoder(decoder) -> None:
             problems.append("NormFormer or cross-self-attention layers")
             break
     if problems:
-        raise ValueError(f"checkpoint: its decoder has {', '.join(problems)}, which the ONNX decoder does not write")
+        raise OnnxExportError(
+            f"checkpoint: its decoder has {', '.join(problems)}, which the ONNX decoder does not write"
+        )
 
 
 class DecoderGraph(nn.Module):
@@ -226,7 +229,7 @@ def self_check(served: OnnxSummarizer, model: nn.Module, task, sources: list[lis
         theirs = generate(model, task, [torch.tensor(source)], CHECK_SETTINGS)[0]
         ours = served.generate(source, CHECK_SETTINGS)
         if ours != theirs:
-            raise ValueError(
+            raise OnnxExportError(
                 f"self-check: onnxruntime's greedy summary of a {len(source)}-token source differs from PyTorch's "
                 f"({ours[:12]} against {theirs[:12]}); nothing written"
             )
@@ -278,8 +281,8 @@ class LedPlan:
             tokenizer = write_hf_tokenizer(source, checkpoint.dictionary(), target)
         except TokenizerError as err:
             if self.tokenizer is not None:
-                raise ValueError(str(err)) from None
-            raise ValueError(
+                raise OnnxExportError(str(err)) from None
+            raise OnnxExportError(
                 f"--tokenizer: no tokenizer beside {checkpoint.path} (import-hf leaves one there); give an HF "
                 "tokenizer directory, or the directory of BART's encoder.json and vocab.bpe"
             ) from None

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 
+from .. import output
 from ..serving.sessions import cpu_session
 
 QUANTIZATIONS = ("int8",)
@@ -25,15 +25,14 @@ def quantize_file(path: Path) -> None:
     """Replace the float32 ONNX file ``path`` by its dynamically quantized int8 form."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    staged = Path(path).with_name(Path(path).name + ".int8")
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # its advice to pre-process concerns static quantization
     try:
-        quantize_dynamic(str(path), str(staged), weight_type=QuantType.QInt8)
+        with output.written_file(path) as staged:
+            quantize_dynamic(str(path), str(staged), weight_type=QuantType.QInt8)
     finally:
         root.setLevel(level)
-    os.replace(staged, path)
 
 
 def int8_matrices(path: Path) -> int:

@@ -28,6 +28,7 @@ import torch.nn as nn
 
 from ..attention import GlobalTokens
 from ..heads import QA_HEAD, Head
+from .errors import OnnxExportError
 
 INPUTS = ("input_ids", "attention_mask", "global_attention_mask")
 
@@ -59,7 +60,7 @@ def refuse_dilated(encoder, path: Path) -> None:
     which the ONNX lowering (:mod:`.onnx_band`) does not compute yet."""
     dilations = sorted({d for attention in encoder.attention_modules() for d in attention.dilations})
     if dilations != [1]:
-        raise ValueError(
+        raise OnnxExportError(
             f"checkpoint: {path} has dilated heads (dilations {dilations}), which the ONNX lowering does not "
             "compute yet"
         )

@@ -12,12 +12,15 @@ import contextlib
 import logging
 import warnings
 
+import torch
 import torch.nn as nn
 import torch.onnx
 
 from .onnx_translations import TRANSLATIONS
 
 DEFAULT_OPSET = 18
+# The --dtype values of export-onnx, and the torch dtypes a graph is traced in.
+DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
 @contextlib.contextmanager

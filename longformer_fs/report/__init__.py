@@ -26,6 +26,7 @@ from unittest import mock
 
 from tqdm import tqdm
 
+from .. import checkout
 from . import parts, recipe_runs
 from .document import not_rehearsed, rest_command, write_report
 from .runner import Context, Part, run_all, run_part
@@ -132,7 +133,7 @@ def _version(name: str) -> str | None:
 
 
 def _commit() -> str | None:
-    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=parts.ROOT, capture_output=True, text=True)
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout.ROOT, capture_output=True, text=True)
     return result.stdout.strip() or None
 
 

@@ -4,11 +4,11 @@ speed targets read from them (docs/benchmarks.md states the targets)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import output
 from .runner import GROUPS, NOT_REHEARSED, Part
 
 
@@ -140,15 +140,9 @@ def write_report(out: Path, machine: dict, settings: dict, parts: list[Part], re
         "notes": [] if settings.get("rehearsal") else kernel_notes(results),
     }
     json_path, md_path = out / "report.json", out / "report.md"
-    _replace(json_path, json.dumps(payload, indent=2, default=str))
-    _replace(md_path, markdown(payload, parts))
+    output.write_json(json_path, payload)
+    output.write_text(md_path, markdown(payload, parts))
     return md_path, json_path
-
-
-def _replace(path: Path, text: str) -> None:
-    staged = path.with_name(path.name + ".tmp")
-    staged.write_text(text)
-    os.replace(staged, path)
 
 
 def _cell(value) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import json
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .. import devices
+from .. import checkout, devices
 from ..attention import LongformerSelfAttention, available_backends
 from ..attention.backends import BACKENDS
 from ..attention.spec import BandSpec
@@ -30,7 +31,6 @@ from ..benchmarks.recipe_training import Training, recipe_training
 from ..benchmarks.step_profile import profile_table
 from .runner import Context, PartFailed
 
-ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30
 
 
@@ -97,16 +97,16 @@ _COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|x
 
 def cuda_tests(ctx: Context) -> dict:
     """The tests marked ``gpu`` (CI has no GPU and skips them), run by pytest here."""
-    tests = ROOT / "tests"
+    tests = checkout.path("tests", "the GPU tests")
     files = sorted(str(p) for p in tests.rglob("test_*.py") if "mark.gpu" in p.read_text())
     if not files:
-        raise PartFailed(f"no test marked gpu under {tests}: run the report from a checkout of longformer-fs")
+        raise PartFailed(f"no test marked gpu under {tests}")
     command = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-o", "addopts=-ra",
                *files]  # fmt: skip
     # Cold starts: the suite's warm-start server (tests/conftest.py) would import torch,
     # fairseq and transformers once more for tests that start no command.
     env = {**os.environ, "LFS_COLD_STARTS": "1"}
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
+    result = subprocess.run(command, cwd=checkout.ROOT, capture_output=True, text=True, env=env)
     print(result.stdout[-20000:], result.stderr[-5000:])
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr.strip()[-300:]
     counts = {name.rstrip("s"): int(n) for n, name in _COUNTS.findall(summary)}
@@ -120,46 +120,13 @@ def cuda_tests(ctx: Context) -> dict:
 
 
 def dense_oracle(layer: LongformerSelfAttention, x: torch.Tensor, pad: torch.Tensor, glob: torch.Tensor):
-    """The layer's output in float64, written from the semantics (docs/design.md), all T x T.
-
-    Local rows attend the keys ``j = i + d_h * k`` (``k`` in ``[-w, w]``, ``[-w, 0]`` causal)
-    that are neither padded nor global, plus every global key, through the local
-    projections; global rows attend every unpadded key through the global projections;
-    padded rows are 0. Causal: no row sees a later key. ``x``: ``(T, B, C)``.
-    """
-    seq_len, batch, channels = x.shape
-    heads, head_dim, window = layer.num_heads, layer.head_dim, layer.window
-    weights = {name: p.detach().double() for name, p in layer.named_parameters()}
-
-    def project(name):
-        out = torch.nn.functional.linear(x.double(), weights[f"{name}.weight"], weights[f"{name}.bias"])
-        return out.view(seq_len, batch, heads, head_dim).permute(1, 2, 0, 3)  # (B, H, T, D)
-
-    i = torch.arange(seq_len, device=x.device).view(-1, 1)
-    j = torch.arange(seq_len, device=x.device).view(1, -1)
-    offset = j - i
-    dilation = torch.tensor(layer.dilations, device=x.device).view(-1, 1, 1)
-    upper = 0 if layer.causal else window
-    band = (offset % dilation == 0) & (offset >= -window * dilation) & (offset <= upper * dilation)  # (H, T, T)
-    seen = ~pad.view(batch, 1, 1, seq_len)
-    if layer.causal:
-        seen = seen & (offset <= 0)
-    keys_global = glob.view(batch, 1, 1, seq_len)
-    local = seen & ((band.unsqueeze(0) & ~keys_global) | keys_global)
-
-    def attend(q, k, v, allowed):
-        scores = (q @ k.transpose(-1, -2)) * layer.scale
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return probs @ v
-
-    out = attend(project("q_proj"), project("k_proj"), project("v_proj"), local)
-    if bool(glob.any()):
-        rows = attend(project("q_proj_global"), project("k_proj_global"), project("v_proj_global"), seen)
-        out = torch.where(glob.view(batch, 1, seq_len, 1), rows, out)
-    out = out.masked_fill(pad.view(batch, 1, seq_len, 1), 0.0)
-    out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, channels)
-    return torch.nn.functional.linear(out, weights["out_proj.weight"], weights["out_proj.bias"])
+    """The layer's output in float64 on the dense ``reference`` backend (all T x T, masked
+    to the band), with its own weights; ``x``: ``(T, B, C)``. The tests hold this to their
+    independent, row-by-row oracle (tests/oracle.py), global and padded rows and dilated
+    heads included: a backend is verified against it without a third oracle."""
+    twin = copy.deepcopy(layer).double()
+    twin.backend = "reference"
+    return twin(x.double(), pad, glob)
 
 
 # The oracle's cases: (name, per-head dilations, causal, padded and global tokens).

@@ -29,9 +29,9 @@ from pathlib import Path
 from data_prep.char_corpus import prepare as prepare_char_corpus
 from data_prep.gpt2_bpe import train_bpe
 
-from .. import devices
+from .. import checkout, devices, output
 from ..fairseq_format import config_get, model_config, read_checkpoint
-from .parts import ROOT, command_output
+from .parts import command_output
 from .runner import Context, PartFailed
 
 # Model sizes and a few updates, as overrides of the recipes (nothing else changes).
@@ -101,12 +101,13 @@ class ToyWorld:
         """``make TARGET VAR=value ...`` in the checkout; its output (raises on failure)."""
         if shutil.which("make") is None:
             raise PartFailed("make is not installed on this machine; the recipes run through it")
-        argv = ["make", "--no-print-directory", "-C", str(ROOT), target, f"VENV={self.venv()}"]
+        root = checkout.path("Makefile", f"make {target}").parent
+        argv = ["make", "--no-print-directory", "-C", str(root), target, f"VENV={self.venv()}"]
         argv += [f"{k}={v}" for k, v in variables.items()]
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-        env.update(PWD=str(ROOT), PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+        env.update(PWD=str(root), PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")])))
         print("$", " ".join(argv), flush=True)
-        result = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        result = subprocess.run(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         print(result.stdout, flush=True)
         if result.returncode != 0:
             raise PartFailed(f"make {target} exited {result.returncode}: {_last_error(result.stdout)}")
@@ -151,7 +152,8 @@ class ToyWorld:
 
     def english(self) -> list[str]:
         """Real English prose: this checkout's README and docs."""
-        return [p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]]
+        docs = checkout.path("docs", "the report's tokenizer (trained on the docs)")
+        return [p.read_text(encoding="utf-8") for p in [docs.parent / "README.md", *sorted(docs.glob("*.md"))]]
 
     def gpt2(self) -> Path:
         """``encoder.json``, ``vocab.bpe`` and a RoBERTa-style ``dict.txt`` over them."""
@@ -181,7 +183,7 @@ class ToyWorld:
                                *_flags(ROBERTA_SIZES), "--max-positions", "128", "--tokens-per-sample", "128",
                                "--sample-break-mode", "none", "--batch-size", "8", "--save-dir", path / "save",
                                *RELEASE_TRAINING)  # fmt: skip
-            (path / "save" / "checkpoint_last.pt").rename(path / "model.pt")
+            output.move(path / "save" / "checkpoint_last.pt", path / "model.pt")
             (path / "dict.txt").write_bytes((self.gpt2() / "dict.txt").read_bytes())
 
         return self._once("roberta", build)
@@ -224,7 +226,7 @@ class ToyWorld:
                                "target", "--criterion", "cross_entropy", "--arch", "bart_base", *_flags(BART_SIZES),
                                "--share-all-embeddings", "--max-source-positions", "1024", "--max-target-positions",
                                "1024", "--batch-size", "4", "--save-dir", path / "save", *RELEASE_TRAINING)  # fmt: skip
-            (path / "save" / "checkpoint_last.pt").rename(path / "model.pt")
+            output.move(path / "save" / "checkpoint_last.pt", path / "model.pt")
             (path / "dict.txt").write_bytes((self.gpt2() / "dict.txt").read_bytes())
 
         return self._once("bart", build)

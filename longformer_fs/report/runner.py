@@ -19,7 +19,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import devices
+from .. import devices, output
 from ..rehearsal import watched
 
 GROUPS = ("verify", "attention speed", "end to end", "recipes", "longest document")
@@ -50,7 +50,7 @@ class Context:
         """Keep ``figures`` now: a part that runs out of time still reports what it measured."""
         self.figures.update(figures)
         if self._partial is not None:
-            _write_json(self._partial, self.figures)
+            output.write_json(self._partial, self.figures)
 
     def say(self, line: str) -> None:
         print(line, flush=True)
@@ -88,12 +88,6 @@ class PartFailed(Exception):
     """A part ran to its end, and what it checks does not hold."""
 
 
-def _write_json(path: Path, payload: dict) -> None:
-    staged = path.with_suffix(".tmp")
-    staged.write_text(json.dumps(payload, indent=2, default=str))
-    os.replace(staged, path)
-
-
 def _child(part: Part, ctx: Context, result: Path) -> None:
     """In the forked child: run the part with its output in its log, write its result, exit."""
     os.setsid()
@@ -111,7 +105,7 @@ def _child(part: Part, ctx: Context, result: Path) -> None:
         message = str(err).strip().splitlines()
         payload = {"status": "failed", "error": f"{type(err).__name__}: {message[0] if message else ''}"[:500]}
         payload.update(ctx.figures)
-    _write_json(result, payload)
+    output.write_json(result, payload)
     sys.stdout.flush()
     os._exit(0)
 

@@ -17,8 +17,8 @@ import torch
 from longformer_fs.attention import LongformerSelfAttention, banded_attention
 from longformer_fs.attention.backends import choose_backend, flash, flash_stand_in
 from longformer_fs.attention.band import residue_order
-from longformer_fs.attention.kernel_check import CASES, check_case
 from longformer_fs.attention.spec import BandSpec
+from longformer_fs.verification.kernel_check import CASES, check_case
 
 
 def expected_boundaries(mask: torch.Tensor, dilation: int) -> list[int]:

@@ -1,7 +1,9 @@
 """`longformer-fs check` and how `auto` trusts kernels: the records it writes and reads.
 
 The check itself runs here on the CPU kernels (the same code path as on a GPU); the
-CUDA side of `auto` is exercised with a simulated GPU name and build.
+CUDA side of `auto` is exercised with a simulated GPU name and build, its records
+installed as the core's evidence (`verification.use_records`), as the plugin and the
+command line install them.
 """
 
 import json
@@ -11,12 +13,13 @@ import torch
 from helpers import cli
 
 from longformer_fs import devices
-from longformer_fs.attention import available_backends, check_records, kernel_check
+from longformer_fs.attention import available_backends, evidence
 from longformer_fs.attention.backends import choose_backend, get_backend
 from longformer_fs.attention.backends import flash as flash_backend
 from longformer_fs.attention.backends import kernel as kernel_backend
-from longformer_fs.attention.kernel_check import Case, CaseResult, CheckReport, run_check, save_report
 from longformer_fs.attention.spec import BandSpec
+from longformer_fs.verification import kernel_check, records, use_records
+from longformer_fs.verification.kernel_check import Case, CaseResult, CheckReport, run_check, save_report
 
 needs_kernel = pytest.mark.skipif("kernel" not in available_backends(), reason="cuda_ext extension not built")
 SPEC = BandSpec(16, (1,), False, 0.125)
@@ -24,10 +27,14 @@ SPEC = BandSpec(16, (1,), False, 0.125)
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
+    """An empty records file of this test's own, which auto reads."""
     monkeypatch.setenv("LONGFORMER_FS_CACHE", str(tmp_path))
-    check_records.clear_cache()
+    records.clear_cache()
+    before = evidence.current()
+    use_records()
     yield tmp_path
-    check_records.clear_cache()
+    evidence.use_evidence(before)
+    records.clear_cache()
 
 
 @needs_kernel
@@ -40,7 +47,7 @@ def test_check_passes_on_the_cpu_kernels_and_records_it(cache):
     fp32 = [r for r in report.results if r.dtype == "float32"]
     assert max(max(r.errors.values()) for r in fp32) < 1e-5
     path = save_report(report)
-    record = json.loads(path.read_text())[check_records.record_key(report.device, report.build)]
+    record = json.loads(path.read_text())[records.record_key(report.device, report.build)]
     assert record["passed"] and record["cases"] == 4 and record["failures"] == []
 
 
@@ -125,7 +132,7 @@ def test_auto_passes_over_flash_where_its_check_failed(cache, fake_gpu):
     report = record(passed=True)
     report.results.append(flash_wrong)
     path = save_report(report)
-    stored = json.loads(path.read_text())[check_records.record_key(report.device, report.build)]
+    stored = json.loads(path.read_text())[records.record_key(report.device, report.build)]
     assert stored["passed"] and stored["backends"] == {"kernel": True, "flash": False}  # the kernels stay trusted
     backend, reason = choose_backend(SPEC, cuda, torch.bfloat16)
     assert backend.name == "flex" and "flash: `longformer-fs check` found it wrong on Fake GPU 80GB" in reason
@@ -157,7 +164,7 @@ def test_auto_on_cuda_takes_the_fastest_measured_verified_backend(cache, fake_gp
 
 
 def test_check_times_the_candidates_it_would_choose_among(cache):
-    from longformer_fs.attention.backend_speed import TimingShape, candidates, measure_backends
+    from longformer_fs.verification.backend_speed import TimingShape, candidates, measure_backends
 
     cpu = torch.device("cpu")
     timings = measure_backends(cpu, [torch.float32], TimingShape(1, 2, 256, 16, 8))
@@ -196,7 +203,7 @@ def test_check_and_info_commands(cache):
     result = cli("check", "--device", "cpu", "--dtypes", "float32")
     assert result.returncode == 0, result.stderr
     assert "passed; recorded in" in result.stdout and "auto now (float32, plain): kernel on cpu" in result.stdout
-    assert len(json.loads((cache / check_records.RECORDS).read_text())) == 1
+    assert len(json.loads((cache / records.RECORDS).read_text())) == 1
     if not torch.cuda.is_available():
         result = cli("check", "--device", "cuda")
         assert result.returncode == 2 and "no CUDA device" in result.stderr and "Traceback" not in result.stderr

@@ -16,7 +16,7 @@ from data_prep.fairseq_dataset import (
     batched,
     file_stamp,
     finished_manifest,
-    guard_out_dir,
+    up_to_date,
 )
 from longformer_fs.conventions import BOS, EOS, NUM_SPECIALS, PAD, SPECIAL_SYMBOLS, UNK
 
@@ -27,94 +27,57 @@ def test_special_ids_are_fairseqs():
     assert [d[i] for i in range(NUM_SPECIALS)] == list(SPECIAL_SYMBOLS) and len(d) == NUM_SPECIALS
 
 
-def test_guard_accepts_new_and_own_files_and_refuses_others(tmp_path):
-    out = tmp_path / "a" / "b"
-    guard_out_dir(out, {"dict.txt"}, force=False)
-    assert not out.exists()  # created by Staging, so a run that fails on its inputs leaves nothing
-    out.mkdir(parents=True)
-    (out / "dict.txt").write_text("x 1\n")
-    (out / MANIFEST).write_text("{}")
-    guard_out_dir(out, {"dict.txt"}, force=False)
-    (out / "notes.txt").write_text("mine")
-    with pytest.raises(PrepError, match=r"holds files this command did not write \(notes.txt\)"):
-        guard_out_dir(out, {"dict.txt"}, force=False)
-    guard_out_dir(out, {"dict.txt"}, force=True)
-    assert (out / "notes.txt").read_text() == "mine"  # --force never deletes what it did not write
-    (tmp_path / "file").write_text("")
-    with pytest.raises(PrepError, match="is a file"):
-        guard_out_dir(tmp_path / "file", set(), force=False)
-
-
-def test_staging_publishes_everything_and_the_manifest_last(tmp_path):
+def test_a_preparation_publishes_its_manifest_last_and_a_rerun_finds_it(tmp_path):
+    """Staging is longformer_fs.output's (tests/test_output.py): here, the manifest it writes."""
     out = tmp_path / "out"
     with Staging(out) as staging:
-        (staging.dir / "train.txt").write_text("new")
-        (staging.dir / "sub").mkdir()
-        (staging.dir / "sub" / "f").write_text("1")
+        for name in ("train.txt", "test.txt"):
+            (staging.dir / name).write_text("new")
         assert finished_manifest(out, "kind", {"a": 1}) is None
         manifest = staging.publish("kind", {"a": 1}, rows=3)
-    assert (out / "train.txt").read_text() == "new" and (out / "sub" / "f").read_text() == "1"
-    assert not staging.dir.exists()
-    assert (
-        json.loads((out / MANIFEST).read_text())
-        == manifest
-        == {"format": 2, "kind": "kind", "inputs": {"a": 1}, "rows": 3}
-    )
+    assert not staging.dir.exists() and (out / "train.txt").read_text() == "new"
+    assert json.loads((out / MANIFEST).read_text()) == manifest
+    assert manifest == {
+        "format": 3,
+        "kind": "kind",
+        "inputs": {"a": 1},
+        "rows": 3,
+        "written": ["test.txt", "train.txt"],
+    }
     assert finished_manifest(out, "kind", {"a": 1}) == manifest
     assert finished_manifest(out, "kind", {"a": 2}) is None
     assert finished_manifest(out, "other", {"a": 1}) is None
-
-    with Staging(out) as again:  # a second run
+    (out / "notes.txt").write_text("mine")
+    with Staging(out) as again:  # a second run, without a test split: the old one would pass for its
         (again.dir / "train.txt").write_text("newer")
-        (again.dir / "sub").mkdir()
-        assert (out / MANIFEST).is_file()
         again.publish("kind", {"a": 2})
-    assert (out / "train.txt").read_text() == "newer" and not (out / "sub" / "f").exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, "notes.txt", "train.txt"])
+    assert finished_manifest(out, "kind", {"a": 1}) is None and finished_manifest(out, "kind", {"a": 2})
 
 
 @pytest.mark.parametrize("error", [PrepError("bad input"), KeyboardInterrupt()])
-def test_a_failed_run_leaves_nothing_it_staged(tmp_path, error):
+def test_a_failed_preparation_leaves_nothing_it_staged(tmp_path, error):
     out = tmp_path / "new" / "out"
     with pytest.raises(type(error)), Staging(out) as staging:
         (staging.dir / "train.bin").write_text("half")
         raise error
-    assert not out.exists()  # this run created it: it goes, empty
-    # A directory that existed keeps what it had, finished outputs and manifest included.
-    with Staging(out) as staging:
-        (staging.dir / "train.bin").write_text("old")
-        staging.publish("kind", {"a": 1})
-    with pytest.raises(type(error)), Staging(out) as staging:
-        (staging.dir / "train.bin").write_text("half")
-        raise error
-    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "train.bin"]
-    assert (out / "train.bin").read_text() == "old" and finished_manifest(out, "kind", {"a": 1})
-    # An interrupted run killed outright leaves .partial; the next run clears it first.
-    (out / ".partial").mkdir()
-    (out / ".partial" / "stale.bin").write_text("x")
-    with Staging(out) as staging:
-        assert list(staging.dir.iterdir()) == []
+    assert not (tmp_path / "new").exists()  # nothing, not even the folders it made
 
 
-def test_publish_removes_owned_files_this_run_did_not_write(tmp_path):
+def test_the_guard_speaks_as_prep_does(tmp_path):
     out = tmp_path / "out"
-    with Staging(out) as first:
-        for name in ("dict.txt", "train.bin", "test.bin"):
-            (first.dir / name).write_text("1")
-        first.publish("kind", {})
+    out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with Staging(out) as second:  # this run has no test split
-        for name in ("dict.txt", "train.bin"):
-            (second.dir / name).write_text("2")
-        second.publish("kind", {}, owned={"dict.txt", "train.bin", "test.bin", "valid.bin"})
-    assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, "dict.txt", "notes.txt", "train.bin"])
-    assert (out / "train.bin").read_text() == "2"
+    with pytest.raises(PrepError, match=r"holds files this command did not write \(notes.txt\)"):
+        up_to_date(out, "kind", {}, force=False)
+    assert up_to_date(out, "kind", {}, force=True) is None and (out / "notes.txt").read_text() == "mine"
 
 
 def test_file_stamp_and_batched(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("abc")
     before = file_stamp(path)
-    assert before[:2] == [str(path.resolve()), 3]
+    assert (before["file"], before["size"]) == (str(path.resolve()), 3)
     path.write_text("abcd")
     assert file_stamp(path) != before
     assert list(batched(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]

@@ -369,7 +369,7 @@ def test_interrupted_run_never_looks_complete(corpus, tmp_path, monkeypatch):
     monkeypatch.undo()
     result = prepare_docs(cfg, tmp_path / "out", log=lambda *_: None)
     assert result["sources"]["books"]["documents"] == 13 - 1  # the latin-1 file is skipped
-    assert (tmp_path / "out" / "prep.json").is_file() and not (tmp_path / "out" / ".partial").exists()
+    assert (tmp_path / "out" / "prep.json").is_file() and not (tmp_path / ".out.partial").exists()
 
 
 def test_fraction_samples_deterministically(corpus, tmp_path):

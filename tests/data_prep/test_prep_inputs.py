@@ -20,8 +20,9 @@ import pytest
 from helpers import cli
 
 from data_prep import fairseq_dataset
-from data_prep.fairseq_dataset import MANIFEST, SPLITS, STAGING
+from data_prep.fairseq_dataset import MANIFEST, SPLITS
 from data_prep.gpt2_bpe import train_bpe
+from longformer_fs.output import staging_path
 from longformer_fs.tokenization import SubwordSpec
 
 WORDS = "window attention band token kernel layer global local sparse dense long document model".split()
@@ -405,5 +406,5 @@ def test_an_interrupted_run_leaves_nothing_and_a_rerun_finishes(bpe, tmp_path, m
     assert interrupted_run.returncode == 130 and interrupted_run.stderr.endswith("\nlongformer-fs: interrupted\n")
     assert not (tmp_path / "out").exists()
     ok(*args)
-    assert (tmp_path / "out" / MANIFEST).is_file() and not (tmp_path / "out" / STAGING).exists()
+    assert (tmp_path / "out" / MANIFEST).is_file() and not staging_path(tmp_path / "out").exists()
     assert "nothing to do" in ok(*args)

@@ -110,7 +110,7 @@ def test_one_file_equals_hf_at_every_length_and_global_pattern(exported, kind):
     assert report["max_length"] == POSITIONS and report["self_check"]["max_difference"] <= TOL
     session = onnxruntime.InferenceSession(str(path))
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "global_attention_mask"]
-    assert [o.name for o in session.get_outputs()] == report["outputs"]
+    assert [o.name for o in session.get_outputs()] == report["onnx_outputs"]
     largest = 0.0
     for length in LENGTHS:
         for pattern in PATTERNS:
@@ -185,8 +185,10 @@ def test_int8_export_stores_int8_weights_and_keeps_hfs_spans(exported, gentle_qa
     import onnx
 
     metadata = {entry.key: entry.value for entry in onnx.load(str(tmp_path / "qa8.onnx")).metadata_props}
-    assert json.loads(metadata["longformer_fs.export-onnx"]) == report["source_files"]
-    assert report["source_files"]["files"] == {"model.pt": checkpoint.stat().st_size}
+    assert json.loads(metadata["longformer_fs.export-onnx"]) == report["inputs"]
+    assert [(s["file"], s["size"]) for s in report["inputs"]["files"]] == [
+        (str(checkpoint.resolve()), checkpoint.stat().st_size)
+    ]
     session = onnxruntime.InferenceSession(str(tmp_path / "qa8.onnx"))
     spans = []
     for length, pattern in ((9, "one"), (333, "many"), (700, "none")):
@@ -326,7 +328,7 @@ def test_a_rerun_from_the_same_checkpoint_refreshes_the_file(exported, tmp_path)
 
 def test_a_self_check_mismatch_fails_with_the_numbers(exported):
     """A file that disagrees with PyTorch is refused: here the PyTorch side is moved after export."""
-    from longformer_fs.export.onnx import OnnxExportError, load_served, self_check
+    from longformer_fs.export.onnx_encoder import OnnxExportError, load_served, self_check
 
     _, path, _ = exported["mlm"]
     served = load_served(path.parent / "mlm_ckpt" / "model.pt")

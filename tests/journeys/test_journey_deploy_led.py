@@ -333,7 +333,7 @@ def test_the_searchs_defaults_are_summarizes(exported):
 
 
 def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported, tmp_path):
-    from longformer_fs.output import check_output, source_files
+    from longformer_fs.output import check, sources, stamped_files
 
     _, checkpoint, out, _, _ = exported
     before = sorted(p.name for p in out.iterdir())
@@ -345,8 +345,9 @@ def test_what_cannot_be_exported_is_one_line_and_out_is_left_as_it_was(exported,
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == before
     # Its own directory, from the same checkpoint, is refreshed by a rerun: the guard reads
     # the record the journey's export left (export-onnx.json; tracing again costs 40 s).
-    check_output(out, "export-onnx", source_files(checkpoint))
-    assert json.loads((out / "export-onnx.json").read_text())["source_files"] == source_files(checkpoint)
+    check(out, "export-onnx", sources(checkpoint))
+    record = json.loads((out / "export-onnx.json").read_text())
+    assert stamped_files(record["inputs"]) == [str(checkpoint.resolve())]
     message = fails("export-onnx", checkpoint, "--out", tmp_path / "new", "--tokenizer", tmp_path / "other")
     assert "--tokenizer" in message and not (tmp_path / "new").exists()
     bare = tmp_path / "bare"  # a checkpoint without a tokenizer beside it (convert-bart's, a fine-tuned one)

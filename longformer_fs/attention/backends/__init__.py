@@ -19,13 +19,14 @@ Query rows are not masked here: the caller zeroes padded rows.
 
 Each backend answers one question, :meth:`Backend.not_supported_reasons`: why it cannot
 take a call (its availability here, its limits, and on a GPU what ``longformer-fs check``
-recorded), as a list of reasons, empty when it can. ``auto`` passes over a backend with
-reasons, and logs them; a backend asked for by name refuses a call it cannot compute
-(:meth:`Backend.cannot_compute`: all but the records, which decide only what ``auto``
-trusts) with the same reasons, in one line (:func:`get_backend`), and so does its function. No backend
-hands a call to another: one that fails on a call its reasons allowed (a compilation)
-raises :class:`~longformer_fs.attention.spec.BackendFailed`, and ``auto`` records the
-failure and chooses again (:func:`record_failure`).
+found there, as the evidence says), as a list of reasons, empty when it can. ``auto``
+passes over a backend with reasons, and logs them; a backend asked for by name refuses a
+call it cannot compute (:meth:`Backend.cannot_compute`: all but the evidence, which
+decides only what ``auto`` trusts) with the same reasons, in one line
+(:func:`get_backend`), and so does its function. No backend hands a call to another:
+one that fails on a call its reasons allowed (a compilation) raises
+:class:`~longformer_fs.attention.spec.BackendFailed`, and ``auto`` records the failure
+and chooses again (:func:`record_failure`).
 
 ``auto`` chooses per kind of call: device, input dtype, head dimension, and the spec's
 fields that some backend's reasons read (:data:`Backend.reads`; dropout, the position
@@ -33,9 +34,16 @@ term, padding inside rows today), which are its cache key (:func:`choose_backend
 
 - on CPU, the compiled kernels (tested in CI against the float64 oracle), else ``chunks``;
 - on CUDA, the fastest backend that ``longformer-fs check`` measured on this GPU and
-  extension build for that dtype and kind (:mod:`..check_records`); the CUDA kernels
-  are candidates only once that check has verified them. Without a measurement,
-  ``flex`` where it can compute the call, else ``chunks``.
+  extension build for that dtype and kind; the CUDA kernels are candidates only once that
+  check has verified them. Without a measurement, ``flash`` where it can compute the call,
+  then ``flex``, else ``chunks``.
+
+What ``check`` verified and measured comes from above the core, as evidence
+(:mod:`..evidence`): the plugin, when fairseq loads it, and the command line install the
+records that ``check`` writes (:func:`longformer_fs.verification.use_records`). A plain
+PyTorch user of :mod:`longformer_fs.attention` who never imports the plugin keeps the
+default, no evidence: on a GPU ``auto`` takes its order, and never the CUDA kernels, which
+nothing has verified there (:func:`~..evidence.use_evidence` installs other evidence).
 
 Each choice is logged once per process, with its reason, at INFO.
 """
@@ -50,7 +58,7 @@ from typing import Callable
 import torch
 
 from ... import devices
-from .. import check_records
+from .. import evidence
 from ..spec import BandAttentionFn, BandSpec, refusal
 from ..tracing import constant_when_traced
 from . import chunks, flash, flex, kernel, reference
@@ -84,7 +92,8 @@ class Backend:
     limits: Callable[..., list[str]] = _no_limits
     # The BandSpec fields that ``limits`` reads: auto's choice is kept by their values.
     reads: frozenset[str] = frozenset()
-    # Why ``longformer-fs check``'s records rule the backend out on a device (empty: they do not).
+    # Why what ``longformer-fs check`` found, as the evidence says (..evidence), rules the
+    # backend out on a device (empty: it does not).
     record_reasons: Callable[[torch.device], list[str]] = _no_records
     # What a call of a kind reads besides its tensors, built ahead of it, (T, spec, padded,
     # device) -> prepared, which the backend's fn then takes as ``prepared=``: a compiled layer
@@ -109,8 +118,8 @@ class Backend:
         self, spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None
     ) -> list[str]:
         """Why ``auto`` may not take this backend for the call (empty: it may): what it
-        :meth:`cannot_compute`, and what ``check`` recorded for the device (the CUDA
-        kernels are auto's only once verified; ``check`` itself runs them by name)."""
+        :meth:`cannot_compute`, and what ``check`` found on the device, as the evidence says
+        (the CUDA kernels are auto's only once verified; ``check`` itself runs them by name)."""
         reasons = self.cannot_compute(spec, device, head_dim, dtype)
         return reasons + self.record_reasons(device) if self.available else reasons
 
@@ -153,9 +162,27 @@ def call_kind(spec: BandSpec) -> str:
     return "relative" if spec.relative else "plain"
 
 
+# What an available backend runs on a CPU where that is not its own computation.
+_ON_CPU = {
+    "flash": "on CPU: its stand-in, the CUDA op's contract in dense PyTorch, for tests; auto never takes it",
+}
+
+
 def available_backends() -> list[str]:
-    """Names of the backends that can run on this machine."""
+    """Names of the backends that can run on this machine, by name or for ``auto``.
+
+    ``flash`` is among them on a CPU wherever torch has FlashAttention's window: there it
+    runs its stand-in (:mod:`.flash_stand_in`), what the CUDA op computes in dense PyTorch,
+    so that CI's tests (and a run on a CPU that asks for ``flash`` by name) take flash's own
+    code path; ``auto`` never takes it on a CPU. :func:`backend_notes` says so for a listing.
+    """
     return [name for name, b in BACKENDS.items() if b.available]
+
+
+def backend_notes() -> dict[str, str]:
+    """``{name: note}`` for the available backends whose computation on a CPU is not their
+    own (``flash``'s stand-in), for listings such as ``longformer-fs info``'s."""
+    return {name: note for name, note in _ON_CPU.items() if BACKENDS[name].available}
 
 
 def why_not(
@@ -204,7 +231,7 @@ def choose_backend(
     name, because = candidates[0], None
     if devices.on_gpu(device):
         kind = call_kind(spec) if spec is not None else "plain"
-        times = check_records.measured_times(device, kernel.build_id(), dtype, kind)
+        times = evidence.current().times(device, dtype, kind)
         timed = sorted((n for n in candidates if n in times), key=times.get)
         if timed:
             name = timed[0]
@@ -217,7 +244,7 @@ def choose_backend(
     if because is None:
         because = _TRUSTED.get((name, devices.kind(device)), "the first in auto's order that can compute the call")
         if name == "kernel" and devices.on_gpu(device):  # trusted only as `check` verified it: say when
-            because = check_records.kernels_verified(device, kernel.build_id())[1]
+            because = evidence.current().verdict("kernel", device).why
     reason = f"{name} on {devices.kind(device)}: {because}"
     if passed:
         reason += " (passed over " + "; ".join(passed) + ")"

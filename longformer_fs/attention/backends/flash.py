@@ -43,12 +43,12 @@ from functools import lru_cache
 import torch
 
 from ... import devices
-from .. import calls, check_records
+from .. import calls, evidence
 from ..band import effective_window
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm, refusal
 from ..tracing import constant_when_traced
-from . import flash_stand_in, kernel
+from . import flash_stand_in
 
 HALF = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256  # FlashAttention-2's largest head
@@ -104,11 +104,12 @@ def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: to
 
 
 def record_reasons(device: torch.device) -> list[str]:
-    """Why ``longformer-fs check`` rules FlashAttention out on this GPU (empty: it does not)."""
+    """Why ``longformer-fs check`` rules FlashAttention out on this GPU: it failed there, as
+    the evidence says (:mod:`..evidence`). Empty where it passed or was never checked."""
     if not devices.on_gpu(device):
         return []
-    failed = check_records.check_failed(device, kernel.build_id(), "flash")
-    return [failed] if failed else []
+    verdict = evidence.current().verdict("flash", device)
+    return [verdict.why] if verdict.passed is False else []
 
 
 def work(seq_len: int, spec: BandSpec) -> int:

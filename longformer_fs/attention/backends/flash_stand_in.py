@@ -1,11 +1,20 @@
-"""A CPU stand-in for torch's FlashAttention-2 ops, with their contract, for the ``flash`` backend's tests.
+"""The CPU contract of the CUDA op: what torch's FlashAttention-2 ops compute, in dense PyTorch.
 
-CI has no GPU, and ``aten::_flash_attention_forward`` runs only on CUDA. Everything the
-``flash`` backend does around those two ops (the residue order, the segments, the
-windows, the log-sum-exp's layout and gradient, the merge) is index logic that can be
-wrong on any device. This module computes what the two ops compute, densely and in the
-inputs' precision (float64 for the oracle tests), so that logic runs against the float64
-oracle on a CPU:
+This is not a backend, nor a fast path. ``aten::_flash_attention_forward`` and its
+backward run only on CUDA, and CI has no GPU; on a CPU the ``flash`` backend calls the two
+functions here in their place, so that its own code path runs there: in CI's tests against
+the float64 oracle, and wherever a run on a CPU asks for ``flash`` by name (the oracle part
+of ``longformer-fs report --device cpu``). ``auto`` never takes ``flash`` on a CPU, and
+``longformer-fs info`` says what ``flash`` is there
+(:func:`longformer_fs.attention.backends.backend_notes`). In a rehearsal the GPU's calls,
+on ``meta``, go to aten's own ops, held to the CUDA ops' checks
+(:func:`~longformer_fs.attention.backends.flash.cuda_contract`).
+
+Everything the ``flash`` backend does around those two ops (the residue order, the
+segments, the windows, the log-sum-exp's layout and gradient, the merge) is index logic
+that can be wrong on any device. This module computes what the two ops compute, densely
+and in the inputs' precision (float64 for the oracle tests), so that logic runs against
+the float64 oracle on a CPU:
 
 - ``forward(q, k, v, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
   return_debug_mask, *, scale, window_size_left, window_size_right)`` on packed

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import torch
 
 from ... import devices
-from .. import calls, check_records
+from .. import calls, evidence
 from ..band import residue_length
 from ..dense import compute_dtype
 from ..spec import BandOutput, BandSpec, PositionTerm, refusal
@@ -76,15 +76,26 @@ def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: to
     return ["it has no attention dropout"] if spec is not None and spec.dropout_p else []
 
 
+def not_verified(device: torch.device) -> str:
+    """The reason of CUDA kernels that ``longformer-fs check`` never verified on this GPU."""
+    return (
+        f"the CUDA kernels are not verified on {devices.gpu_name(device)} for this build; run "
+        "`longformer-fs check --device cuda` to verify them"
+    )
+
+
 def record_reasons(device: torch.device) -> list[str]:
     """Why the CUDA kernels are not candidates on this GPU: none built, or not verified by
-    ``longformer-fs check`` for this build (empty: they are). Nothing on CPU."""
+    ``longformer-fs check`` for this build, as the evidence says (:mod:`..evidence`; by
+    default nothing is verified). Empty: they are. Nothing on CPU."""
     if not devices.on_gpu(device):
         return []
     if not has_cuda():
         return ["this build of the extension has no CUDA kernels"]
-    ok, why = check_records.kernels_verified(device, build_id())
-    return [] if ok else [why]
+    verdict = evidence.current().verdict("kernel", device)
+    if verdict.passed:
+        return []
+    return [verdict.why if verdict.passed is False else not_verified(device)]
 
 
 CUDA_TILE = 32  # kTile of cuda_ext/cuda/band_attention.cu: queries, and keys, per tile

@@ -2,7 +2,7 @@
 
 CI has no GPU, so the CUDA kernels can only be proven where they run. :func:`run_check`
 runs them against the dense reference in float64 on the CPU (an independent
-computation: :mod:`.backends.reference`): forward outputs and log-sum-exps, and the
+computation: :mod:`longformer_fs.attention.backends.reference`): forward outputs and log-sum-exps, and the
 gradients of q, k, v, the position term and the log-sum-exp, in fp32, fp16 and bf16,
 with dilation, causal windows, padding and the relative-position term.
 
@@ -12,10 +12,11 @@ and bf16, without dropout and with the recipes' 0.1: there the float64 computati
 exactly the pairs FlashAttention dropped (its debug mask), so the gradients are compared
 too.
 
-The result is recorded per device name and per extension build (:mod:`.check_records`),
-with the backends' timings when the caller measured them: ``auto`` uses the CUDA kernels
-only on a device and build with a passing record, passes over ``flash`` where its check
-failed, and picks among the backends by those timings.
+The result is recorded per device name and per extension build (:mod:`.records`), with
+the backends' timings when the caller measured them (:mod:`.backend_speed`): where the
+records are installed as the core's evidence, ``auto`` uses the CUDA kernels only on a
+device and build with a passing record, passes over ``flash`` where its check failed, and
+picks among the backends by those timings.
 """
 
 from __future__ import annotations
@@ -28,14 +29,13 @@ from typing import Callable, Iterable
 import torch
 
 from .. import devices
-from . import check_records
-from .backends import flash as flash_backend
-from .backends import forget_choices
-from .backends import kernel as kernel_backend
-from .backends.reference import allowed_pairs, reference_band_attention
-from .band import band_width
-from .dense import masked_attention
-from .spec import BandSpec, PositionTerm
+from ..attention.backends import flash as flash_backend
+from ..attention.backends import kernel as kernel_backend
+from ..attention.backends.reference import allowed_pairs, reference_band_attention
+from ..attention.band import band_width
+from ..attention.dense import masked_attention
+from ..attention.spec import BandSpec, PositionTerm
+from . import records
 
 # Tolerances against float64 (docs/design.md §2): fp32 on a GPU, and half inputs with
 # fp32 accumulation.
@@ -273,7 +273,7 @@ def run_check(
         for seed, (case, dtype, backend, dropout) in enumerate(progress(jobs))
     ]
     return CheckReport(
-        check_records.device_name(device),
+        records.device_name(device),
         build_id(),
         torch.__version__,
         all(r.passed for r in results),
@@ -293,6 +293,4 @@ def save_report(report: CheckReport, timings: dict | None = None) -> Path:
     summary["backends"] = report.backend_passed()
     if timings:
         summary["timings"] = timings
-    path = check_records.save_record(report.device, report.build, summary)
-    forget_choices()
-    return path
+    return records.save_record(report.device, report.build, summary)

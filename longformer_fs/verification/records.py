@@ -9,8 +9,10 @@ One JSON file under the cache directory (``$LONGFORMER_FS_CACHE``, else
   kind of call (``plain``, or ``relative`` with the position term), at one representative
   shape, and so the fastest.
 
-This module only reads and writes records; it imports neither the backend registry nor
-the check, so both can import it.
+The core never reads this file: :class:`Records` answers its questions
+(:class:`~longformer_fs.attention.evidence.Evidence`) from it, and :func:`use_records`
+installs it, as the plugin and the command line do. This module imports neither the check
+nor the timings, so both can import it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from pathlib import Path
 
 import torch
 
-from .. import devices
+from .. import devices, output
+from ..attention.backends import forget_choices
+from ..attention.backends import kernel as kernel_backend
+from ..attention.evidence import NEVER_CHECKED, Verdict, use_evidence
 
 RECORDS = "kernel_checks.json"
 
@@ -58,13 +63,11 @@ def load_records() -> dict:
 def save_record(device: str, build: str, record: dict) -> Path:
     """Write (replace) the record of ``device`` and ``build``; returns the records file."""
     path = records_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     records = load_records()
     records[record_key(device, build)] = record
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(records, indent=2))
-    tmp.replace(path)
+    output.write_json(path, records)
     _record.cache_clear()
+    forget_choices()  # auto's choices were made on the old records
     return path
 
 
@@ -78,31 +81,25 @@ def record_for(device: torch.device, build: str) -> dict | None:
     return _record(device_name(device), build)
 
 
-def kernels_verified(device: torch.device, build: str) -> tuple[bool, str]:
-    """Whether the CUDA kernels passed ``check`` on this GPU with this build, and why."""
-    name = device_name(device)
+def _verdict(backend: str, name: str, build: str) -> Verdict:
+    """What the record of GPU (or CPU) ``name`` and ``build`` says of ``backend``."""
     record = _record(name, build)
     if record is None:
-        return False, (
-            f"the CUDA kernels are not verified on {name} for this build; run "
-            "`longformer-fs check --device cuda` to verify them"
-        )
-    if not record["passed"]:
-        return False, (
-            f"`longformer-fs check` failed on {name} for this build ({len(record['failures'])} of "
-            f"{record['cases']} cases, {record['when']})"
-        )
-    return True, f"`longformer-fs check` passed on {name} for this build ({record['when']})"
-
-
-def check_failed(device: torch.device, build: str, backend: str) -> str | None:
-    """Why ``auto`` should not trust ``backend`` on this GPU: its last ``check`` there failed
-    (None: it passed, or was never checked)."""
-    name = device_name(device)
-    record = _record(name, build)
-    if record is None or record.get("backends", {}).get(backend, True):
-        return None
-    return f"`longformer-fs check` found it wrong on {name} ({record['when']})"
+        return NEVER_CHECKED
+    if backend == "kernel":  # the record's "passed" and "failures" are the kernels'
+        if not record["passed"]:
+            return Verdict(
+                False,
+                f"`longformer-fs check` failed on {name} for this build ({len(record['failures'])} of "
+                f"{record['cases']} cases, {record['when']})",
+            )
+        return Verdict(True, f"`longformer-fs check` passed on {name} for this build ({record['when']})")
+    passed = record.get("backends", {}).get(backend)
+    if passed is None:
+        return NEVER_CHECKED
+    if not passed:
+        return Verdict(False, f"`longformer-fs check` found it wrong on {name} ({record['when']})")
+    return Verdict(True, f"`longformer-fs check` passed it on {name} ({record['when']})")
 
 
 def measured_times(device: torch.device, build: str, dtype: torch.dtype, kind: str) -> dict[str, float]:
@@ -114,3 +111,20 @@ def measured_times(device: torch.device, build: str, dtype: torch.dtype, kind: s
 
 def clear_cache() -> None:
     _record.cache_clear()
+
+
+class Records:
+    """The core's :class:`~longformer_fs.attention.evidence.Evidence`, read from the records
+    of this device and of the extension's build now (a rebuild has none until checked)."""
+
+    def verdict(self, backend: str, device: torch.device) -> Verdict:
+        return _verdict(backend, device_name(device), kernel_backend.build_id())
+
+    def times(self, device: torch.device, dtype: torch.dtype, kind: str) -> dict[str, float]:
+        return measured_times(device, kernel_backend.build_id(), dtype, kind)
+
+
+def use_records() -> None:
+    """Make ``auto`` read what ``check`` recorded (idempotent; the file is read once per
+    process and write)."""
+    use_evidence(Records())

@@ -1,5 +1,5 @@
 """Which band backend is fastest on a device: the timings that ``longformer-fs check`` records
-(:mod:`.kernel_check`) and ``auto`` reads (:mod:`.check_records`).
+(:mod:`.kernel_check`) and ``auto`` reads (:mod:`.records`).
 
 ``auto`` on CUDA picks among the backends by these (see
 :mod:`longformer_fs.attention.backends`). Each candidate (a backend that ``auto`` could
@@ -20,10 +20,10 @@ from typing import Callable, Iterable
 import torch
 
 from .. import devices
-from .backends import AUTO_ORDER, KINDS, why_not
-from .band import band_width
-from .functional import band_attention_with_lse
-from .spec import BandSpec, PositionTerm
+from ..attention.backends import AUTO_ORDER, KINDS, why_not
+from ..attention.band import band_width
+from ..attention.functional import band_attention_with_lse
+from ..attention.spec import BandSpec, PositionTerm
 
 
 def median_time(
