@@ -41,6 +41,7 @@ def oracle_attention(
     scale=None,
     pos_query=None,
     pos_table=None,
+    documents=None,
 ):
     """Longformer attention on ``(B, T, H, D)`` tensors, full semantics.
 
@@ -49,6 +50,8 @@ def oracle_attention(
     In causal mode no row ever sees a key after it, global or not.
     Optional relative-position term (band keys only): ``pos_query[b, i, h]`` (B, T, H, D)
     dotted with ``pos_table[h, (j - i) / d_h + w]``, scaled like the content score.
+    Packed rows (``documents``, ``(B, T)`` ids): a row sees only keys of its own document,
+    global ones included.
     """
     batch, seq_len, heads, head_dim = q.shape
     scale = head_dim**-0.5 if scale is None else scale
@@ -56,11 +59,12 @@ def oracle_attention(
     glob = torch.zeros(batch, seq_len, dtype=torch.bool) if glob is None else glob.cpu() & ~pad
     # The masks as Python booleans: a tensor indexed once per (row, key) cost seconds a call.
     pad_rows, glob_rows = pad.tolist(), glob.tolist()
+    doc_rows = [[0] * seq_len] * batch if documents is None else documents.cpu().tolist()
     rows = []
     for b in range(batch):
-        is_pad, is_glob = pad_rows[b], glob_rows[b]
+        is_pad, is_glob, doc = pad_rows[b], glob_rows[b], doc_rows[b]
         for i in range(seq_len):
-            visible = [j for j in range(seq_len) if not is_pad[j] and (not causal or j <= i)]
+            visible = [j for j in range(seq_len) if not is_pad[j] and (not causal or j <= i) and doc[j] == doc[i]]
             head_outs = []
             for h in range(heads):
                 if is_pad[i]:
@@ -83,7 +87,7 @@ def oracle_attention(
     return torch.stack(rows).view(batch, seq_len, heads, head_dim)
 
 
-def oracle_layer(layer, x, pad=None, glob=None):
+def oracle_layer(layer, x, pad=None, glob=None, documents=None):
     """The oracle applied to a LongformerSelfAttention's own weights; x is (T, B, C)."""
     seq_len, batch, channels = x.shape
     heads, head_dim = layer.num_heads, layer.head_dim
@@ -103,5 +107,6 @@ def oracle_layer(layer, x, pad=None, glob=None):
         split(layer.q_proj_global),
         split(layer.k_proj_global),
         split(layer.v_proj_global),
+        documents=documents,
     )
     return layer.out_proj(out.reshape(batch, seq_len, channels).transpose(0, 1))

@@ -107,3 +107,12 @@ def head_band_mask(
     """``(H, T, T)`` band masks, one per head's dilation."""
     masks = {d: band_mask(seq_len, window, d, causal, device) for d in set(dilations)}
     return torch.stack([masks[d] for d in dilations])
+
+
+def same_document(documents: torch.Tensor | None, queries: torch.Tensor | None = None) -> torch.Tensor | None:
+    """``(B, 1, Tq, Tk)`` bool, True where a query and a key are of one document (None: no
+    documents, every pair is). ``queries``: ``(B, Tq)`` query positions (default: every one)."""
+    if documents is None:
+        return None
+    rows = documents if queries is None else documents.gather(1, queries)
+    return rows[:, None, :, None] == documents[:, None, None, :]

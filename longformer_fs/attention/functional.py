@@ -14,7 +14,7 @@ import torch
 
 from .backends import backend_for, check_name, get_backend, record_failure
 from .spec import BackendFailed, BandSpec, PositionTerm
-from .validation import check_dilation, check_mask, check_qkv, check_scale, check_window
+from .validation import check_dilation, check_documents, check_mask, check_qkv, check_scale, check_window
 
 
 def band_attention_with_lse(
@@ -26,6 +26,7 @@ def band_attention_with_lse(
     backend: str = "auto",
     position: PositionTerm | None = None,
     prepared: object | None = None,
+    documents: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Band attention in heads-first layout, returning the log-normaliser too.
 
@@ -33,18 +34,22 @@ def band_attention_with_lse(
     :class:`~longformer_fs.attention.layer.LongformerSelfAttention` to merge the band
     with global keys, and by language models that add a relative-position term
     (``position``; then ``spec.relative`` must be True). ``prepared``: what the backend's
-    ``prepare`` built for this call (:func:`prepare_call`), or None.
+    ``prepare`` built for this call (:func:`prepare_call`), or None. ``documents``:
+    ``(B, T)`` document ids of packed rows, given exactly when ``spec.packed``.
     """
     if (position is not None) != spec.relative:
         raise ValueError("position: give a PositionTerm exactly when spec.relative is True")
+    if (documents is not None) != spec.packed:
+        raise ValueError("documents: give document ids exactly when spec.packed is True")
     if q.shape[2] == 0:
         return q.new_zeros(q.shape), q.new_zeros(q.shape[:3])
     chosen = get_backend(backend, spec, q)
+    extra = {} if documents is None else {"documents": documents}
     while True:
         try:
             if prepared is not None and chosen.prepare is not None:
-                return chosen.fn(q, k, v, key_mask, spec, position, prepared=prepared)
-            return chosen.fn(q, k, v, key_mask, spec, position)
+                return chosen.fn(q, k, v, key_mask, spec, position, prepared=prepared, **extra)
+            return chosen.fn(q, k, v, key_mask, spec, position, **extra)
         except BackendFailed as err:
             if backend != "auto":
                 raise  # a backend asked for by name is that backend, or an error
@@ -97,6 +102,7 @@ def banded_attention(
     key_padding_mask: torch.Tensor | None = None,
     scale: float | None = None,
     backend: str = "auto",
+    documents: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sliding-window (optionally dilated, causal) attention.
 
@@ -112,6 +118,10 @@ def banded_attention(
         backend: ``"auto"`` (the fastest available here), or a name of
             :data:`~.backends.BACKENDS`: ``"flash"``, ``"flex"``, ``"kernel"``, ``"chunks"``,
             or ``"reference"`` (dense, tests only).
+        documents: ``(B, T)`` integer document ids, for rows that pack several documents:
+            no query sees a key of another document, as if each ran alone. Positions of a
+            document are contiguous and the ids do not decrease along a row. None: one
+            document a row.
 
     Returns:
         ``(B, T, H, D)`` in the dtype of ``q``.
@@ -122,12 +132,16 @@ def banded_attention(
     dilations = check_dilation(dilation, heads)
     scale = check_scale(scale, head_dim)
     pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, q.device, "padding")
+    documents = check_documents(documents, batch, seq_len, q.device)
     check_name(backend)  # fail on a bad name before doing any work
 
     # A mask given here may have holes anywhere (the layers' masks are fairseq's padding), so
     # auto passes over flash; asked for by name, flash takes it and checks it on the device.
-    spec = BandSpec(window, dilations, bool(causal), scale, padding_at_ends=pad is None or backend == "flash")
-    out, _ = band_attention_with_lse(*(x.transpose(1, 2) for x in (q, k, v)), pad, spec, backend)
+    spec = BandSpec(
+        window, dilations, bool(causal), scale, padding_at_ends=pad is None or backend == "flash",
+        packed=documents is not None,
+    )  # fmt: skip
+    out, _ = band_attention_with_lse(*(x.transpose(1, 2) for x in (q, k, v)), pad, spec, backend, documents=documents)
     if pad is not None:
         out = out.masked_fill(pad[:, None, :, None], 0.0)
     return out.transpose(1, 2).to(q.dtype)

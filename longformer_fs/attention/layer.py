@@ -31,7 +31,7 @@ from .dense import float32_scores
 from .functional import PreparesBand, band_attention_with_lse
 from .softmax import masked_softmax_with_lse, merge_attention
 from .spec import BandSpec
-from .validation import check_layer, check_mask
+from .validation import check_documents, check_layer, check_mask
 
 
 def global_token_index(global_mask: torch.Tensor, max_global: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,6 +195,7 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         global_mask: torch.Tensor | GlobalTokens | None = None,
         max_global: int | None = None,
+        documents: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """
         Args:
@@ -208,6 +209,10 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
             max_global: a bound on this call's global tokens per row, in place of the
                 layer's ``max_global`` (a model that knows one from its inputs); unused
                 with :class:`GlobalTokens`, which were found under their own bound.
+            documents: ``(B, T)`` integer document ids of rows that pack several documents
+                (contiguous, ids not decreasing along a row), or None: one a row. Each
+                document is attended as if alone: the band, and its global tokens, which
+                are global within their own document only.
 
         Returns:
             ``(T, B, C)`` in the dtype of ``x``.
@@ -217,6 +222,7 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
             raise ValueError(f"x: expected shape (T, B, {self.embed_dim}), got {shape}")
         seq_len, batch, _ = x.shape
         pad = check_mask(key_padding_mask, "key_padding_mask", batch, seq_len, x.device, "padding")
+        documents = check_documents(documents, batch, seq_len, x.device)
         if isinstance(global_mask, GlobalTokens):
             check_mask(global_mask.mask, "global_mask", batch, seq_len, x.device, "global token")
             tokens = global_mask
@@ -226,12 +232,14 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         dropout_p = self.dropout if self.training else 0.0
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        spec = self.band_spec(seq_len)
-        out, lse = band_attention_with_lse(q, k, v, pad, spec, self.backend, prepared=self.prepared_band)
+        spec = self.band_spec(seq_len, packed=documents is not None)
+        out, lse = band_attention_with_lse(
+            q, k, v, pad, spec, self.backend, prepared=self.prepared_band, documents=documents
+        )
 
         bias = self.out_proj.bias
         if tokens is not None:
-            out = self._add_global(x, q, k, v, out, lse, tokens, pad, dropout_p)
+            out = self._add_global(x, q, k, v, out, lse, tokens, pad, dropout_p, documents)
         elif self.training and torch.is_grad_enabled():
             bias = bias + self._touch_global_projections(x)  # on the (C,) bias: free
         if pad is not None:
@@ -239,9 +247,11 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, self.embed_dim).to(x.dtype)
         return F.linear(out, self.out_proj.weight, bias)
 
-    def band_spec(self, seq_len: int) -> BandSpec:
-        """The band call of a forward on ``seq_len`` tokens (dropout in training only)."""
-        return BandSpec(self.window, self.dilations, self.causal, self.scale, self.dropout if self.training else 0.0)
+    def band_spec(self, seq_len: int, packed: bool = False) -> BandSpec:
+        """The band call of a forward on ``seq_len`` tokens (dropout in training only), of
+        rows that pack several documents when ``packed``."""
+        dropout = self.dropout if self.training else 0.0
+        return BandSpec(self.window, self.dilations, self.causal, self.scale, dropout, packed=packed)
 
     def global_projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
         return self.q_proj_global, self.k_proj_global, self.v_proj_global
@@ -254,13 +264,14 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         touched = [proj(x[:0]).sum() for proj in self.global_projections() if proj.weight.requires_grad]
         return sum(touched, x.new_zeros((), dtype=self.out_proj.bias.dtype))
 
-    def _add_global(self, x, q, k, v, out, lse, tokens: GlobalTokens, pad, dropout_p):
+    def _add_global(self, x, q, k, v, out, lse, tokens: GlobalTokens, pad, dropout_p, documents=None):
         """Merge the global-key columns into local rows, then overwrite global rows.
 
         The band itself holds every unpadded key in reach, global ones too (through the
         local projections, as a local row sees them), so each local row takes the global
         keys its band does not reach. The band's mask is then the padding alone, which
-        every backend takes at full speed.
+        every backend takes at full speed. In packed rows (``documents``), a global token
+        and the rows it meets are of one document.
         """
         index, valid = tokens.index, tokens.valid
         batch_idx = torch.arange(x.shape[1], device=x.device)[:, None]
@@ -272,6 +283,10 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         allowed = valid[:, None, None, :] & ~band_reaches(offset, self.window, self.dilations, self.causal)
         if self.causal:
             allowed = allowed & (offset <= 0)
+        glob_docs = None
+        if documents is not None:  # packed rows: a global key only for rows of its document
+            glob_docs = documents.gather(1, index)  # (B, G)
+            allowed = allowed & (documents[:, None, :, None] == glob_docs[:, None, None, :])
         k_glob, v_glob = k[batch_idx, :, index].transpose(1, 2), v[batch_idx, :, index].transpose(1, 2)
         probs, lse_g = masked_softmax_with_lse(float32_scores(q, k_glob, self.scale), allowed)
         if dropout_p > 0:
@@ -289,6 +304,8 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         allowed = allowed[:, None, None, :]  # (B, 1, 1, T)
         if self.causal:
             allowed = allowed & (pos[None, None, None, :] <= index[:, None, :, None])
+        if documents is not None:
+            allowed = allowed & (glob_docs[:, None, :, None] == documents[:, None, None, :])
         allowed = allowed | ~valid[:, None, :, None]
         rows = F.scaled_dot_product_attention(
             q_rows, k_all, v_all, attn_mask=allowed, dropout_p=dropout_p, scale=self.scale

@@ -26,6 +26,8 @@ class BandSpec:
         padding_at_ends: the key mask, if any, pads only the ends of each row, as
             fairseq's and HF's batches do (``flash`` takes no other); False where a
             caller's mask may have holes.
+        packed: the rows hold several documents (the call's ``documents``): no query
+            sees a key of another document.
     """
 
     window: int
@@ -35,6 +37,7 @@ class BandSpec:
     dropout_p: float = 0.0
     relative: bool = False
     padding_at_ends: bool = True
+    packed: bool = False
 
     def head_groups(self) -> dict[int, list[int]]:
         """Heads grouped by dilation, in order of first appearance."""
@@ -82,6 +85,7 @@ class BandAttentionFn(Protocol):
         key_mask: torch.Tensor | None,
         spec: BandSpec,
         position: PositionTerm | None = None,
+        documents: torch.Tensor | None = None,
     ) -> BandOutput: ...
 
 

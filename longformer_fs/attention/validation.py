@@ -88,11 +88,29 @@ def check_mask(mask, name: str, batch: int, seq_len: int, device: torch.device, 
         raise ValueError(f"{name}: expected a bool tensor of shape ({batch}, {seq_len}), got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise ValueError(f"{name}: expected dtype torch.bool (True = {marks}), got {mask.dtype}")
-    if tuple(mask.shape) != (batch, seq_len):
-        raise ValueError(f"{name}: expected shape ({batch}, {seq_len}) = (B, T), got {tuple(mask.shape)}")
-    if mask.device != device:
-        raise ValueError(f"{name}: is on {mask.device} but the inputs are on {device}")
-    return mask
+    return _per_position(mask, name, batch, seq_len, device)
+
+
+def _per_position(x: torch.Tensor, name: str, batch: int, seq_len: int, device: torch.device) -> torch.Tensor:
+    """``x``, a value per position ``(B, T)`` on the inputs' device, or a one-line ValueError."""
+    if tuple(x.shape) != (batch, seq_len):
+        raise ValueError(f"{name}: expected shape ({batch}, {seq_len}) = (B, T), got {tuple(x.shape)}")
+    if x.device != device:
+        raise ValueError(f"{name}: is on {x.device} but the inputs are on {device}")
+    return x
+
+
+def check_documents(documents, batch: int, seq_len: int, device: torch.device):
+    """A ``(B, T)`` integer tensor of document ids, or None. Positions of one document are
+    contiguous in a row and the ids do not decrease along it (a packing's rows are so; the
+    mask-based backends do not need it, the segment-based ones do, and no check here reads
+    the values back from a GPU)."""
+    if documents is None:
+        return None
+    if not isinstance(documents, torch.Tensor) or documents.dtype.is_floating_point or documents.dtype == torch.bool:
+        got = documents.dtype if isinstance(documents, torch.Tensor) else type(documents).__name__
+        raise ValueError(f"documents: expected an integer tensor of shape ({batch}, {seq_len}), got {got}")
+    return _per_position(documents, "documents", batch, seq_len, device)
 
 
 def check_qkv(q, k, v) -> None:

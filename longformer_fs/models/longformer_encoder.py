@@ -12,7 +12,10 @@ Which tokens get global attention is decided per batch, as the union of:
   for tasks whose global tokens come from the data (a question, answer candidates).
 
 fairseq's encoder layers pass only the padding mask to their attention, so the encoder
-hands the batch's global mask to every attention module before its layers run.
+hands the batch's global mask to every attention module before its layers run, and so the
+document ids of rows that pack several documents (``net_input["documents"]``): each
+document is attended alone, its global tokens global within it, and its positions restart
+(:func:`~longformer_fs.modules.packing.document_positions`).
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from __future__ import annotations
 import logging
 
 import torch
+import torch.nn.functional as F
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
+from fairseq.modules import LearnedPositionalEmbedding
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import safe_getattr
 
 from ..attention import GlobalTokens, LongformerSelfAttention
 from ..modules.compiled import allow_graphs, compiled_in_training
+from ..modules.packing import document_positions
 from ..modules.per_layer import layer_values
 from .weight_layout import copy_global_projections
 
@@ -42,11 +48,12 @@ class FairseqLongformerAttention(LongformerSelfAttention):
     """
 
     global_tokens: GlobalTokens | None = None
+    documents: torch.Tensor | None = None
 
-    def set_global_tokens(self, tokens: GlobalTokens | None) -> None:
+    def set_global_tokens(self, tokens: GlobalTokens | None, documents: torch.Tensor | None = None) -> None:
         """The batch's global tokens for the coming forward, found once for every layer
-        (kept for activation recomputation)."""
-        self.global_tokens = tokens
+        (kept for activation recomputation), and the document ids ``(B, T)`` of packed rows."""
+        self.global_tokens, self.documents = tokens, documents
 
     def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None, **unused):
         """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
@@ -54,7 +61,7 @@ class FairseqLongformerAttention(LongformerSelfAttention):
             raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
         if key is not None and key is not query:
             raise ValueError("key: Longformer attention is self-attention only")
-        return super().forward(query, key_padding_mask, self.global_tokens), None
+        return super().forward(query, key_padding_mask, self.global_tokens, documents=self.documents), None
 
 
 class LongformerEncoderLayer(TransformerEncoderLayerBase):
@@ -152,6 +159,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
         )
         self.first_only = first_only
         self._batch_global_mask: torch.Tensor | None = None
+        self._batch_documents: torch.Tensor | None = None
         self._batch_max_global: int | None = None
 
     @staticmethod
@@ -196,6 +204,11 @@ class LongformerTransformerEncoder(TransformerEncoder):
         the host, where that costs no wait for the device)."""
         self._batch_global_mask, self._batch_max_global = mask, max_global
 
+    def set_documents(self, documents: torch.Tensor | None) -> None:
+        """The ``(B, T)`` document ids of the next forward's packed rows, or None (one
+        document a row), for the next forward only."""
+        self._batch_documents = documents
+
     def global_bound(self, from_batch: bool) -> int | None:
         """A bound on the global tokens of a row for this forward, or None (the layers then
         read the count back from the device): ``--max-global-tokens`` when set, else what
@@ -223,6 +236,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
         mask, from_batch = self.global_mask(src_tokens), self._batch_global_mask
         bound = self.global_bound(from_batch is not None)
+        documents, self._batch_documents = self._batch_documents, None
         self._batch_global_mask = self._batch_max_global = None
         if from_batch is not None:
             if from_batch.shape != src_tokens.shape:
@@ -234,11 +248,31 @@ class LongformerTransformerEncoder(TransformerEncoder):
             mask = from_batch if mask is None else mask | from_batch
         padding = src_tokens.eq(self.padding_idx)
         tokens = GlobalTokens.find(mask, padding, bound)
+        if documents is not None:
+            documents = documents.to(src_tokens.device)
         for attention in self.attention_modules():
-            attention.set_global_tokens(tokens)
-        return self._encode(src_tokens, padding, return_all_hiddens, token_embeddings)
+            attention.set_global_tokens(tokens, documents)
+        return self._encode(src_tokens, padding, return_all_hiddens, token_embeddings, documents)
 
-    def _encode(self, src_tokens, padding, return_all_hiddens: bool, token_embeddings) -> dict:
+    def forward_embedding(self, src_tokens, token_embedding=None, documents=None):
+        """fairseq's, with each packed document's positions restarting (``documents``)."""
+        if documents is None:
+            return super().forward_embedding(src_tokens, token_embedding)
+        if not isinstance(self.embed_positions, LearnedPositionalEmbedding):
+            raise ValueError("documents: packed rows need learned positions (RoBERTa's, BART's)")
+        if token_embedding is None:
+            token_embedding = self.embed_tokens(src_tokens)
+        x = embed = self.embed_scale * token_embedding
+        positions = document_positions(documents, src_tokens.eq(self.padding_idx), self.padding_idx)
+        x = embed + F.embedding(positions, self.embed_positions.weight, self.padding_idx)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        return x, embed
+
+    def _encode(self, src_tokens, padding, return_all_hiddens: bool, token_embeddings, documents=None) -> dict:
         """fairseq's ``TransformerEncoder.forward_scriptable`` without its host waits.
 
         fairseq asks the device whether a batch holds padding (``encoder_padding_mask.any()``)
@@ -247,7 +281,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
         mask of no padding as cheaply as none (``padding``: ``(B, T)`` bool, the source's
         ``padding_idx``). The outputs are fairseq's.
         """
-        x, embedding = self.forward_embedding(src_tokens, token_embeddings)
+        x, embedding = self.forward_embedding(src_tokens, token_embeddings, documents)
         x = x.masked_fill(padding.unsqueeze(-1), 0.0).transpose(0, 1)  # (T, B, C), padded rows 0
         states, fc_results = ([x] if return_all_hiddens else []), []
         for layer in self.layers:

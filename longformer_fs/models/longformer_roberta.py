@@ -70,11 +70,13 @@ class LongformerRobertaEncoder(RobertaEncoder):
 
     def forward(self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, **kwargs):
         """As RoBERTa's, plus ``global_attention_mask`` ``(B, T)`` from tasks that mark
-        their global tokens per example, and ``max_global_tokens``, the most that mask marks
-        in a row, when the batch counted them."""
+        their global tokens per example, ``max_global_tokens``, the most that mask marks
+        in a row, when the batch counted them, and ``documents`` ``(B, T)``, the document
+        ids of rows that pack several documents (each then attended, and numbered, alone)."""
         self.sentence_encoder.set_global_attention_mask(
             kwargs.pop("global_attention_mask", None), kwargs.pop("max_global_tokens", None)
         )
+        self.sentence_encoder.set_documents(kwargs.pop("documents", None))
         return super().forward(src_tokens, features_only, return_all_hiddens, masked_tokens, **kwargs)
 
 

@@ -68,6 +68,7 @@ def undilated_band_attention(
     dropout_p: float,
     pos_query: torch.Tensor | None = None,
     pos_table: torch.Tensor | None = None,
+    documents: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sliding-window attention with dilation 1.
 
@@ -77,6 +78,7 @@ def undilated_band_attention(
         key_ok: ``(N, T)`` bool, True for keys that may be attended in the band.
         pos_query, pos_table: optional relative-position term, ``(N, H, T, D)`` and
             ``(H, W, D)`` for this window (see :class:`~..spec.PositionTerm`).
+        documents: ``(N, T)`` document ids, or None: a query sees only its document's keys.
 
     Returns:
         ``out`` ``(N, H, T, D)`` and ``lse`` ``(N, H, T)``.
@@ -98,6 +100,9 @@ def undilated_band_attention(
 
     # allowed[n, i, c] = key_ok[n, i + c - w], False outside [0, T).
     ok = F.pad(key_ok, (left, blocks * rows - t + right)).unfold(1, width, 1)
+    if documents is not None:  # the key's document is the query's: ids banded as the mask is
+        band_docs = F.pad(documents, (left, blocks * rows - t + right), value=-1).unfold(1, width, 1)
+        ok = ok & (band_docs == F.pad(documents, (0, blocks * rows - t), value=-1)[:, :, None])
     probs, lse = masked_softmax_with_lse(scores, ok.view(n, 1, blocks, rows, width))
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
@@ -133,7 +138,9 @@ def _from_residues(x: torch.Tensor, d: int) -> torch.Tensor:
     return x.reshape(bd // d, h, tsub * d, *rest)
 
 
-def chunks_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+def chunks_band_attention(
+    q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None, documents: torch.Tensor | None = None
+) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     calls.record("chunks", spec)
     b, h, t, _ = q.shape
@@ -152,14 +159,17 @@ def chunks_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionT
             pq = position.query[:, idx].to(dtype)
             table = position.columns(spec.window, w, spec.causal)[idx].to(dtype)
         if d == 1:
-            out, lse = undilated_band_attention(qs, ks, vs, w, key_ok, *args, pq, table)
+            out, lse = undilated_band_attention(qs, ks, vs, w, key_ok, *args, pq, table, documents)
         else:
             pad = -t % d
             qs, ks, vs = (_to_residues(F.pad(x, (0, 0, 0, pad)), d) for x in (qs, ks, vs))
             if pq is not None:
                 pq = _to_residues(F.pad(pq, (0, 0, 0, pad)), d)
-            ok = F.pad(key_ok, (0, pad)).view(b, -1, d).transpose(1, 2).reshape(b * d, -1)
-            out, lse = undilated_band_attention(qs, ks, vs, w, ok, *args, pq, table)
+            ok, docs = (
+                None if x is None else F.pad(x, (0, pad)).view(b, -1, d).transpose(1, 2).reshape(b * d, -1)
+                for x in (key_ok, documents)
+            )
+            out, lse = undilated_band_attention(qs, ks, vs, w, ok, *args, pq, table, docs)
             out = _from_residues(out, d)[:, :, :t]
             lse = _from_residues(lse, d)[:, :, :t]
         outs.append(out)

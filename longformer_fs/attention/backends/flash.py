@@ -75,7 +75,7 @@ def unavailable_reason() -> str | None:
 
 
 # The BandSpec fields that limits() reads: auto keys its choice by them.
-READS = frozenset({"relative", "padding_at_ends"})
+READS = frozenset({"relative", "padding_at_ends", "packed"})
 
 
 def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
@@ -87,6 +87,8 @@ def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: to
         reasons.append("it has no relative-position term")
     if spec is not None and not spec.padding_at_ends:
         reasons.append("its masks may pad inside a row (FlashAttention takes padding at the row ends only)")
+    if spec is not None and spec.packed:
+        reasons.append("it has no document boundaries inside a row")
     if devices.on_gpu(device):
         if head_dim % 8 or head_dim > MAX_HEAD_DIM:
             reasons.append(
@@ -399,7 +401,9 @@ def attention_with_draws(q, k, v, key_mask, spec: BandSpec) -> tuple[torch.Tenso
     return out, lse, keep
 
 
-def flash_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+def flash_band_attention(
+    q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None, documents: torch.Tensor | None = None
+) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     reasons = limits(spec, q.device, q.shape[-1], q.dtype)
     if position is not None:

@@ -102,7 +102,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
-READS = frozenset({"dropout_p"})  # the BandSpec fields that limits() reads
+READS = frozenset({"dropout_p", "packed"})  # the BandSpec fields that limits() reads
 
 
 def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
@@ -111,6 +111,8 @@ def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: to
     reasons = []
     if spec is not None and spec.dropout_p:
         reasons.append("it has no attention dropout")
+    if spec is not None and spec.packed:
+        reasons.append("it has no document boundaries inside a row")
     if devices.on_gpu(device) and head_dim < MIN_GPU_HEAD_DIM:
         reasons.append(
             f"FlexAttention's GPU kernels need a head dimension of {MIN_GPU_HEAD_DIM} or more (this call: {head_dim})"
@@ -575,7 +577,14 @@ def _compile_settings(static: bool = False):
 
 
 def flex_band_attention(
-    q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None, prepared: Geometry | None = None
+    q,
+    k,
+    v,
+    key_mask,
+    spec: BandSpec,
+    position: PositionTerm | None = None,
+    documents: torch.Tensor | None = None,
+    prepared: Geometry | None = None,
 ) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`; ``prepared``: the
     call's :class:`Geometry`, built by :func:`prepare` before a compiled layer's graph."""

@@ -68,12 +68,16 @@ def build_id() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-READS = frozenset({"dropout_p"})  # the BandSpec fields that limits() reads
+READS = frozenset({"dropout_p", "packed"})  # the BandSpec fields that limits() reads
 
 
 def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
-    """Why the kernels cannot compute this call (empty: they can): they have no attention dropout."""
-    return ["it has no attention dropout"] if spec is not None and spec.dropout_p else []
+    """Why the kernels cannot compute this call (empty: they can): they have no attention
+    dropout, and no document boundaries inside a row."""
+    reasons = ["it has no attention dropout"] if spec is not None and spec.dropout_p else []
+    if spec is not None and spec.packed:
+        reasons.append("it has no document boundaries inside a row")
+    return reasons
 
 
 def not_verified(device: torch.device) -> str:
@@ -224,7 +228,9 @@ band_forward.register_autograd(_backward, setup_context=_setup_context)
 # -------------------------------------------------------------------------- the backend
 
 
-def kernel_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+def kernel_band_attention(
+    q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None, documents: torch.Tensor | None = None
+) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     reasons = limits(spec, q.device, q.shape[-1], q.dtype)
     if reasons:

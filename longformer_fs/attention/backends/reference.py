@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import calls
-from ..band import head_band_columns, head_band_mask
+from ..band import head_band_columns, head_band_mask, same_document
 from ..dense import compute_dtype, masked_attention
 from ..spec import BandOutput, BandSpec, PositionTerm
 
@@ -23,16 +23,23 @@ def work(seq_len: int, spec: BandSpec) -> int:
     return len(spec.dilations) * seq_len * seq_len
 
 
-def allowed_pairs(seq_len: int, key_mask: torch.Tensor | None, spec: BandSpec, device) -> torch.Tensor:
-    """``(B or 1, H, T, T)`` bool: the (query, key) pairs a call's band admits."""
+def allowed_pairs(
+    seq_len: int, key_mask: torch.Tensor | None, spec: BandSpec, device, documents: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``(B or 1, H, T, T)`` bool: the (query, key) pairs a call's band admits: in the band,
+    not padded, and of the query's own document."""
     allowed = head_band_mask(seq_len, spec.window, spec.dilations, spec.causal, device)[None]
-    return allowed if key_mask is None else allowed & ~key_mask[:, None, None, :]
+    if key_mask is not None:
+        allowed = allowed & ~key_mask[:, None, None, :]
+    return allowed if documents is None else allowed & same_document(documents)
 
 
-def reference_band_attention(q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None) -> BandOutput:
+def reference_band_attention(
+    q, k, v, key_mask, spec: BandSpec, position: PositionTerm | None = None, documents: torch.Tensor | None = None
+) -> BandOutput:
     """The backend's :class:`~longformer_fs.attention.spec.BandAttentionFn`."""
     calls.record("reference", spec)
-    allowed = allowed_pairs(q.shape[2], key_mask, spec, q.device)
+    allowed = allowed_pairs(q.shape[2], key_mask, spec, q.device, documents)
     bias = None
     if position is not None:
         dtype = compute_dtype(q.dtype)
