@@ -109,10 +109,11 @@ def head_band_mask(
     return torch.stack([masks[d] for d in dilations])
 
 
-def same_document(documents: torch.Tensor | None, queries: torch.Tensor | None = None) -> torch.Tensor | None:
-    """``(B, 1, Tq, Tk)`` bool, True where a query and a key are of one document (None: no
-    documents, every pair is). ``queries``: ``(B, Tq)`` query positions (default: every one)."""
-    if documents is None:
-        return None
-    rows = documents if queries is None else documents.gather(1, queries)
-    return rows[:, None, :, None] == documents[:, None, None, :]
+def same_document(query_documents: torch.Tensor, key_documents: torch.Tensor) -> torch.Tensor:
+    """``(B, 1, Tq, Tk)`` bool, True where a query and a key are of one document.
+
+    Args:
+        query_documents: ``(B, Tq)`` the queries' document ids.
+        key_documents: ``(B, Tk)`` the keys'.
+    """
+    return query_documents[:, None, :, None] == key_documents[:, None, None, :]

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .backends import check_name
-from .band import in_band
+from .band import in_band, same_document
 from .dense import float32_scores
 from .functional import PreparesBand, band_attention_with_lse
 from .softmax import masked_softmax_with_lse, merge_attention
@@ -286,7 +286,7 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         glob_docs = None
         if documents is not None:  # packed rows: a global key only for rows of its document
             glob_docs = documents.gather(1, index)  # (B, G)
-            allowed = allowed & (documents[:, None, :, None] == glob_docs[:, None, None, :])
+            allowed = allowed & same_document(documents, glob_docs)
         k_glob, v_glob = k[batch_idx, :, index].transpose(1, 2), v[batch_idx, :, index].transpose(1, 2)
         probs, lse_g = masked_softmax_with_lse(float32_scores(q, k_glob, self.scale), allowed)
         if dropout_p > 0:
@@ -305,7 +305,7 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         if self.causal:
             allowed = allowed & (pos[None, None, None, :] <= index[:, None, :, None])
         if documents is not None:
-            allowed = allowed & (glob_docs[:, None, :, None] == documents[:, None, None, :])
+            allowed = allowed & same_document(glob_docs, documents)
         allowed = allowed | ~valid[:, None, :, None]
         rows = F.scaled_dot_product_attention(
             q_rows, k_all, v_all, attn_mask=allowed, dropout_p=dropout_p, scale=self.scale

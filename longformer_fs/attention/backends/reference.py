@@ -31,7 +31,7 @@ def allowed_pairs(
     allowed = head_band_mask(seq_len, spec.window, spec.dilations, spec.causal, device)[None]
     if key_mask is not None:
         allowed = allowed & ~key_mask[:, None, None, :]
-    return allowed if documents is None else allowed & same_document(documents)
+    return allowed if documents is None else allowed & same_document(documents, documents)
 
 
 def reference_band_attention(
