@@ -158,8 +158,7 @@ def _refuse(out: Path) -> None:
     for writer, what in WRITERS.items():
         record = read_record(out, writer)
         if record is not None:
-            files = stamped_files(record.get("inputs"))
-            origin = os.path.commonpath([str(Path(f).parent) for f in files]) if files else "other inputs"
+            origin = _folders(stamped_files(record.get("inputs")))
             raise OutputRefused(
                 f"--out: {out} already holds {what} of {origin} ({writer}); "
                 "choose another directory or pass --force to replace it"
@@ -168,6 +167,15 @@ def _refuse(out: Path) -> None:
         f"--out: {out} holds files this command did not write ({', '.join(names[:5])}); "
         "choose an empty directory or pass --force"
     )
+
+
+def _folders(files: list[str]) -> str:
+    """Where ``files`` are, for a message: their folders, the first two and a count."""
+    folders = sorted({str(Path(f).parent) for f in files})
+    if not folders:
+        return "other inputs"
+    shown = " and ".join(folders[:2])
+    return shown if len(folders) <= 2 else f"{shown} and {len(folders) - 2} more folders"
 
 
 class Staged:
