@@ -127,6 +127,10 @@ COMMANDS = {
         "longformer_fs.benchmarks.onnx",
         "ms and peak memory of export-onnx's file in onnxruntime vs our eager model and HF's, at 512-16K tokens",
     ),
+    "bench pack": (
+        "longformer_fs.benchmarks.pack",
+        "continued MLM on long-tailed documents: packed rows vs complete_doc and complete (real tokens/s, loss)",
+    ),
     "bench prep-docs": (
         "longformer_fs.benchmarks.prep_docs",
         "end-to-end MB/s of prep docs on a generated corpus, per worker count",

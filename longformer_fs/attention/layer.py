@@ -196,6 +196,7 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         global_mask: torch.Tensor | GlobalTokens | None = None,
         max_global: int | None = None,
         documents: torch.Tensor | None = None,
+        max_documents: int | None = None,
     ) -> torch.Tensor:
         """
         Args:
@@ -213,6 +214,9 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
                 (contiguous, ids not decreasing along a row), or None: one a row. Each
                 document is attended as if alone: the band, and its global tokens, which
                 are global within their own document only.
+            max_documents: with ``documents``, a bound on the documents of a row when the
+                caller knows one (a packed batch counts them on the host); the ``flash``
+                backend then reads nothing back.
 
         Returns:
             ``(T, B, C)`` in the dtype of ``x``.
@@ -232,7 +236,7 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         dropout_p = self.dropout if self.training else 0.0
 
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        spec = self.band_spec(seq_len, packed=documents is not None)
+        spec = self.band_spec(seq_len, packed=documents is not None, max_documents=max_documents)
         out, lse = band_attention_with_lse(
             q, k, v, pad, spec, self.backend, prepared=self.prepared_band, documents=documents
         )
@@ -247,11 +251,15 @@ class LongformerSelfAttention(PreparesBand, nn.Module):
         out = out.permute(2, 0, 1, 3).reshape(seq_len, batch, self.embed_dim).to(x.dtype)
         return F.linear(out, self.out_proj.weight, bias)
 
-    def band_spec(self, seq_len: int, packed: bool = False) -> BandSpec:
+    def band_spec(self, seq_len: int, packed: bool = False, max_documents: int | None = None) -> BandSpec:
         """The band call of a forward on ``seq_len`` tokens (dropout in training only), of
-        rows that pack several documents when ``packed``."""
+        rows that pack several documents (at most ``max_documents`` a row, when known)
+        when ``packed``."""
         dropout = self.dropout if self.training else 0.0
-        return BandSpec(self.window, self.dilations, self.causal, self.scale, dropout, packed=packed)
+        return BandSpec(
+            self.window, self.dilations, self.causal, self.scale, dropout, packed=packed,
+            max_documents=max_documents if packed else None,
+        )  # fmt: skip
 
     def global_projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
         return self.q_proj_global, self.k_proj_global, self.v_proj_global

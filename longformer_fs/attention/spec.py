@@ -28,6 +28,9 @@ class BandSpec:
             caller's mask may have holes.
         packed: the rows hold several documents (the call's ``documents``): no query
             sees a key of another document.
+        max_documents: with ``packed``, a bound on the documents of a row when the caller
+            knows one (a batch's collater counts them on the host): ``flash`` then lays
+            out its segments with no read-back. None: unknown.
     """
 
     window: int
@@ -38,6 +41,7 @@ class BandSpec:
     relative: bool = False
     padding_at_ends: bool = True
     packed: bool = False
+    max_documents: int | None = None
 
     def head_groups(self) -> dict[int, list[int]]:
         """Heads grouped by dilation, in order of first appearance."""

@@ -49,11 +49,15 @@ class FairseqLongformerAttention(LongformerSelfAttention):
 
     global_tokens: GlobalTokens | None = None
     documents: torch.Tensor | None = None
+    max_documents: int | None = None
 
-    def set_global_tokens(self, tokens: GlobalTokens | None, documents: torch.Tensor | None = None) -> None:
+    def set_global_tokens(
+        self, tokens: GlobalTokens | None, documents: torch.Tensor | None = None, max_documents: int | None = None
+    ) -> None:
         """The batch's global tokens for the coming forward, found once for every layer
-        (kept for activation recomputation), and the document ids ``(B, T)`` of packed rows."""
-        self.global_tokens, self.documents = tokens, documents
+        (kept for activation recomputation), the document ids ``(B, T)`` of packed rows and
+        the most documents a row holds, when the batch counted them."""
+        self.global_tokens, self.documents, self.max_documents = tokens, documents, max_documents
 
     def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=False, attn_mask=None, **unused):
         """query: ``(T, B, C)``; key_padding_mask: ``(B, T)``. Returns ``((T, B, C), None)``."""
@@ -61,7 +65,9 @@ class FairseqLongformerAttention(LongformerSelfAttention):
             raise ValueError("attn_mask: Longformer attention takes windows, not an attention mask")
         if key is not None and key is not query:
             raise ValueError("key: Longformer attention is self-attention only")
-        return super().forward(query, key_padding_mask, self.global_tokens, documents=self.documents), None
+        return super().forward(
+            query, key_padding_mask, self.global_tokens, documents=self.documents, max_documents=self.max_documents
+        ), None
 
 
 class LongformerEncoderLayer(TransformerEncoderLayerBase):
@@ -102,7 +108,8 @@ def add_max_global_tokens_arg(parser) -> None:
         "--max-global-tokens",
         type=int,
         metavar="N",
-        help="a fixed bound on the global tokens of a sequence (default: none, the count is read per batch). "
+        help="a fixed bound on the global tokens of a sequence, of each document in rows that pack several "
+        "(default: none, the count is read per batch). "
         "With a bound, torch.compile traces global attention without a graph break and nothing is read back "
         "from the GPU; a sequence over it is an error. E.g. the question length plus one for TriviaQA",
     )
@@ -160,6 +167,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
         self.first_only = first_only
         self._batch_global_mask: torch.Tensor | None = None
         self._batch_documents: torch.Tensor | None = None
+        self._batch_max_documents: int | None = None
         self._batch_max_global: int | None = None
 
     @staticmethod
@@ -204,16 +212,22 @@ class LongformerTransformerEncoder(TransformerEncoder):
         the host, where that costs no wait for the device)."""
         self._batch_global_mask, self._batch_max_global = mask, max_global
 
-    def set_documents(self, documents: torch.Tensor | None) -> None:
+    def set_documents(self, documents: torch.Tensor | None, max_documents: int | None = None) -> None:
         """The ``(B, T)`` document ids of the next forward's packed rows, or None (one
-        document a row), for the next forward only."""
-        self._batch_documents = documents
+        document a row), for the next forward only, and the most documents a row holds when
+        the batch says (its collater counts them on the host)."""
+        self._batch_documents, self._batch_max_documents = documents, max_documents
 
     def global_bound(self, from_batch: bool) -> int | None:
         """A bound on the global tokens of a row for this forward, or None (the layers then
         read the count back from the device): ``--max-global-tokens`` when set, else what
         the configured tokens can add (one per id when only their first occurrence is
-        global, as in LED; unknown otherwise) plus the batch's own count."""
+        global, as in LED; unknown otherwise) plus the batch's own count. In packed rows
+        ``--max-global-tokens`` bounds each document's, so a row's bound is that times the
+        batch's most documents in a row (unknown when the batch does not say)."""
+        if self.max_global is not None and self._batch_documents is not None:
+            most = self._batch_max_documents
+            return None if most is None else self.max_global * most
         if self.max_global is not None:
             return self.max_global
         configured = len(self.global_token_ids)
@@ -236,7 +250,8 @@ class LongformerTransformerEncoder(TransformerEncoder):
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
         mask, from_batch = self.global_mask(src_tokens), self._batch_global_mask
         bound = self.global_bound(from_batch is not None)
-        documents, self._batch_documents = self._batch_documents, None
+        documents, most = self._batch_documents, self._batch_max_documents
+        self._batch_documents = self._batch_max_documents = None
         self._batch_global_mask = self._batch_max_global = None
         if from_batch is not None:
             if from_batch.shape != src_tokens.shape:
@@ -251,7 +266,7 @@ class LongformerTransformerEncoder(TransformerEncoder):
         if documents is not None:
             documents = documents.to(src_tokens.device)
         for attention in self.attention_modules():
-            attention.set_global_tokens(tokens, documents)
+            attention.set_global_tokens(tokens, documents, most)
         return self._encode(src_tokens, padding, return_all_hiddens, token_embeddings, documents)
 
     def forward_embedding(self, src_tokens, token_embedding=None, documents=None):

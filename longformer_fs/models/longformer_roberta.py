@@ -72,11 +72,12 @@ class LongformerRobertaEncoder(RobertaEncoder):
         """As RoBERTa's, plus ``global_attention_mask`` ``(B, T)`` from tasks that mark
         their global tokens per example, ``max_global_tokens``, the most that mask marks
         in a row, when the batch counted them, and ``documents`` ``(B, T)``, the document
-        ids of rows that pack several documents (each then attended, and numbered, alone)."""
+        ids of rows that pack several documents (each then attended, and numbered, alone),
+        with ``max_documents``, the most a row holds, when the batch counted them."""
         self.sentence_encoder.set_global_attention_mask(
             kwargs.pop("global_attention_mask", None), kwargs.pop("max_global_tokens", None)
         )
-        self.sentence_encoder.set_documents(kwargs.pop("documents", None))
+        self.sentence_encoder.set_documents(kwargs.pop("documents", None), kwargs.pop("max_documents", None))
         return super().forward(src_tokens, features_only, return_all_hiddens, masked_tokens, **kwargs)
 
 
@@ -94,6 +95,19 @@ class LongformerRobertaModel(FromPretrained, RobertaModel):
     def __init__(self, args, encoder):
         super().__init__(args, encoder)
         self.token_heads = nn.ModuleDict()
+
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, classification_head_name=None,
+                **kwargs):  # fmt: skip
+        """RoBERTa's. In rows that pack several documents, ``document_starts`` ``(N,)`` (each
+        document's first token as a flat index into the batch's ``B x T`` positions) has a
+        classification head read each document's first token: ``(N, classes)``, the
+        documents in row order."""
+        starts = kwargs.pop("document_starts", None)
+        if starts is None or classification_head_name is None:
+            return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name, **kwargs)
+        features, extra = self.encoder(src_tokens, True, return_all_hiddens, **kwargs)  # (B, T, C)
+        firsts = features.reshape(-1, features.shape[-1]).index_select(0, starts.to(features.device))
+        return self.classification_heads[classification_head_name](firsts[:, None]), extra
 
     @property
     def embed_dim(self) -> int:

@@ -26,6 +26,7 @@ from ..benchmarks import attention as bench_attention
 from ..benchmarks import finetune as bench_finetune
 from ..benchmarks import led as bench_led
 from ..benchmarks import lm as bench_lm
+from ..benchmarks import pack as bench_pack
 from ..benchmarks import sample as bench_sample
 from ..benchmarks.recipe_training import Training, recipe_training
 from ..benchmarks.step_profile import profile_table
@@ -429,6 +430,31 @@ def led(ctx: Context) -> dict:
         "speedup": row["bart"]["step_s"] / row["led"]["step_s"],
         "memory_ratio": row["led"]["peak_gib"] / row["bart"]["peak_gib"],
     }
+
+
+def pack(ctx: Context) -> dict:
+    """``bench pack``: continued MLM on long-tailed documents, packed rows against
+    ``complete_doc`` and ``complete``, trained as the MLM recipe trains, side by side."""
+    seq_len, window, batch, documents, median, tokens, layers, width = _pick(
+        ctx, (4096, 256, 8, 400, 600, 262144, 12, 768), (256, 16, 4, 40, 60, 2048, 1, 64)
+    )
+    training = _training(ctx, bench_pack.RECIPE)
+    lengths = {
+        "train": bench_pack.document_lengths(documents, median, 1.0, seq_len, seed=0),
+        "valid": bench_pack.document_lengths(max(4, documents // 10), median, 1.0, seq_len, seed=1),
+    }
+    data = ctx.work / "pack"
+    bench_pack.write_corpus(data, lengths)
+    rows = []
+    for mode in bench_pack.MODES:
+        result = bench_pack.train_measurement(
+            mode, str(data), seq_len, window, batch, tokens, layers, width, ctx.device, training.precision,
+            training.dropout, training.attention_dropout, training.checkpoint_activations, training.compile_layers,
+        )  # fmt: skip
+        rows.append({"rows": mode, **result})
+        _release(ctx.device)
+        ctx.record(rows=rows, seq_len=seq_len, window=window, batch_size=batch, median=median, tokens=tokens)
+    return bench_pack.ratios({row["rows"]: row for row in rows})
 
 
 def sample(ctx: Context) -> dict:

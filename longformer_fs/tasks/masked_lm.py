@@ -19,7 +19,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 from omegaconf import DictConfig, open_dict
 
-from .packed_documents import PADDED_DOCUMENT, DocumentIdsDataset, PackedDocumentsDataset
+from .packed_documents import PADDED_DOCUMENT, DocumentIdsDataset, MaxDocumentsDataset, PackedDocumentsDataset
 
 
 @dataclass
@@ -65,6 +65,7 @@ class LongformerMaskedLMTask(MaskedLMTask):
             "src_tokens": RightPadDataset(src_dataset, pad_idx=pad),
             "src_lengths": NumelDataset(src_dataset, reduce=False),
             "documents": RightPadDataset(DocumentIdsDataset(self._packing), pad_idx=PADDED_DOCUMENT),
+            "max_documents": MaxDocumentsDataset(self._packing),
         }
         if self.cfg.include_target_tokens:
             input_dict["target_tokens"] = target_dataset

@@ -7,7 +7,9 @@ fill the gaps long ones leave (a piece longer than a row is cut at the row's len
 :class:`DocumentIdsDataset` gives each row's document ids,
 ``(T,)``, which the models take as ``net_input["documents"]``: each document then gets its
 own band, its own global tokens and positions that restart (``longformer_fs.attention``,
-:mod:`longformer_fs.modules.packing`).
+:mod:`longformer_fs.modules.packing`). :class:`MaxDocumentsDataset` counts, where the
+batch is made, the most documents a row of it holds (``net_input["max_documents"]``): a
+bound that spares the layers a read-back from the device.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from fairseq.data import FairseqDataset
 # The document id of padding positions: after every real document of a row, so ids never
 # decrease along it (padding is masked whatever its id).
 PADDED_DOCUMENT = 2**31 - 1
+DOCUMENT_SLOTS = 8  # a batch's bound on the documents of a row is a multiple of this
 
 
 def first_fit(sizes: np.ndarray, capacity: int) -> list[np.ndarray]:
@@ -98,6 +101,11 @@ class PackedDocumentsDataset(FairseqDataset):
             parts.append(torch.cat([tokens.new_tensor([self.bos]), tokens]) if bos_first else tokens)
         return torch.cat(parts)
 
+    def items(self, index: int) -> list[int]:
+        """The items whose pieces row ``index`` holds, in its order (an item cut in pieces
+        appears once a piece)."""
+        return [self.pieces[int(piece)][0] for piece in self.rows[index]]
+
     def documents(self, index: int) -> torch.Tensor:
         """``(T,)`` long: the document of each token of row ``index``, 0, 1, ... in order."""
         lengths = torch.from_numpy(self.item_sizes[index])
@@ -151,3 +159,24 @@ class DocumentIdsDataset(FairseqDataset):
 
     def size(self, index: int) -> int:
         return self.packed.size(index)
+
+
+class MaxDocumentsDataset(FairseqDataset):
+    """The most documents a row of a batch holds, counted on the host where the batch is
+    made and rounded up to a multiple of :data:`DOCUMENT_SLOTS` (fewer shapes for a compiled
+    model): a bound the layers take instead of reading a count back from the device (the
+    ``flash`` backend's segments; with ``--max-global-tokens``, each document's, a row's
+    global tokens)."""
+
+    def __init__(self, packed: PackedDocumentsDataset):
+        super().__init__()
+        self.packed = packed
+
+    def __getitem__(self, index: int) -> int:
+        return len(self.packed.rows[index])
+
+    def __len__(self) -> int:
+        return len(self.packed)
+
+    def collater(self, samples: list[int]) -> int:
+        return -(-max(samples, default=1) // DOCUMENT_SLOTS) * DOCUMENT_SLOTS

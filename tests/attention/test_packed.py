@@ -11,14 +11,14 @@ import pytest
 import torch
 from oracle import oracle_attention, oracle_layer
 
-from longformer_fs.attention import LongformerSelfAttention, banded_attention
+from longformer_fs.attention import LongformerSelfAttention, banded_attention, calls
 from longformer_fs.attention.backends import BACKENDS, available_backends, choose_backend, get_backend
 from longformer_fs.attention.spec import BandSpec
 
 # (lengths of the documents of each row); the last row ends in padding.
 ROWS = ((9, 14, 6), (4, 21, 3))
 SEQ = 29
-PACKED_BACKENDS = ("reference", "chunks")  # the others refuse packed rows (test below)
+PACKED_BACKENDS = ("reference", "chunks", "flash")  # the others refuse packed rows (test below)
 
 
 def packing(rows=ROWS, seq_len=SEQ):
@@ -196,17 +196,39 @@ def test_the_relative_position_term_is_the_same_in_a_packed_row():
         torch.testing.assert_close(out[b : b + 1, :, start:end], want, atol=1e-12, rtol=0)
 
 
+def test_flash_lays_out_a_bounded_rows_segments_alike_and_a_row_over_the_bound_fails():
+    """With the batch's bound (``max_documents``) flash's segments have a static count, the
+    unused ones empty: the same outputs as with the count read back; a row holding more
+    documents than the bound fails on the device."""
+    from longformer_fs.attention.functional import band_attention_with_lse
+
+    torch.manual_seed(4)
+    documents, pad = packing()
+    q, k, v = (torch.randn(len(ROWS), 3, SEQ, 8, dtype=torch.float64) for _ in range(3))
+    spec = BandSpec(4, (1, 2, 3), False, 8**-0.5, packed=True)
+    read_back, _ = band_attention_with_lse(q, k, v, pad, spec, "flash", documents=documents)
+    for bound in (3, 8):
+        bounded = BandSpec(4, (1, 2, 3), False, 8**-0.5, packed=True, max_documents=bound)
+        out, _ = band_attention_with_lse(q, k, v, pad, bounded, "flash", documents=documents)
+        torch.testing.assert_close(out, read_back, atol=1e-12, rtol=0)
+    too_few = BandSpec(4, (1, 2, 3), False, 8**-0.5, packed=True, max_documents=1)  # 3 segments, 4 runs
+    with pytest.raises(RuntimeError, match="more documents than the call's max_documents"):
+        band_attention_with_lse(q, k, v, pad, too_few, "flash", documents=documents)
+
+
 def test_a_packed_layer_runs_forward_and_backward_in_the_gpu_rehearsal():
-    """On the rehearsed GPU, auto takes a backend that computes packed rows (flash, flex and
-    the CUDA kernels refuse them today), and the layer's step runs with its globals."""
+    """On the rehearsed GPU, auto takes flash for packed rows (flex and the CUDA kernels
+    refuse them), and the layer's step runs with its globals and the batch's bound."""
     from longformer_fs import devices
 
     with devices.rehearsal():
         layer = LongformerSelfAttention(32, 4, 3, (1, 2, 1, 3), backend="auto").to("meta", torch.bfloat16)
         documents, pad = (t.to("meta") for t in packing())
         x = torch.zeros(SEQ, len(ROWS), 32, device="meta", dtype=torch.bfloat16, requires_grad=True)
-        layer(x, pad, _glob().to("meta"), max_global=3, documents=documents).float().sum().backward()
-        assert x.grad.shape == x.shape
-        spec = layer.band_spec(SEQ, packed=True)
+        with calls.backend_calls() as counts:
+            out = layer(x, pad, _glob().to("meta"), max_global=3, documents=documents, max_documents=8)
+            out.float().sum().backward()
+        assert x.grad.shape == x.shape and set(counts) == {"flash (plain)"}
+        spec = layer.band_spec(SEQ, packed=True, max_documents=8)
         backend, reason = choose_backend(spec, "meta", torch.bfloat16, 8)
-        assert backend.name in PACKED_BACKENDS and "flash: it has no document boundaries inside a row" in reason
+        assert backend.name == "flash", reason

@@ -13,6 +13,14 @@ Around the two ops:
   residue order (:func:`~..band.residue_order`, the one ``flex`` uses) each class is a run
   of slots: a segment of its own, with the window ``w``. Heads of one dilation share
   their segments; each dilation is one call.
+- **Documents become segments.** In rows that pack several documents, each residue class
+  of each row is cut where the document, or the padding, changes: every run of one
+  document is a segment of its own, so the band never crosses a document. The segments'
+  count must not depend on the values, so each row and class gets as many as a row can
+  hold runs: the call's bound (``BandSpec.max_documents``, which a packed batch counts
+  on the host) plus the two of padding at the row's ends; the unused ones are empty, and
+  a row with more runs fails on the device. Without a bound the count is read back once
+  a call.
 - **Padding becomes segments.** fairseq and HF pad at the ends of a row (fairseq's
   translation task on the left, the rest on the right). A row's leading and trailing
   padding, in each residue class, are segments of their own, so no real query sees a
@@ -41,6 +49,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
+import torch.nn.functional as F
 
 from ... import devices
 from .. import calls, evidence
@@ -75,7 +84,7 @@ def unavailable_reason() -> str | None:
 
 
 # The BandSpec fields that limits() reads: auto keys its choice by them.
-READS = frozenset({"relative", "padding_at_ends", "packed"})
+READS = frozenset({"relative", "padding_at_ends"})
 
 
 def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
@@ -87,8 +96,6 @@ def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: to
         reasons.append("it has no relative-position term")
     if spec is not None and not spec.padding_at_ends:
         reasons.append("its masks may pad inside a row (FlashAttention takes padding at the row ends only)")
-    if spec is not None and spec.packed:
-        reasons.append("it has no document boundaries inside a row")
     if devices.on_gpu(device):
         if head_dim % 8 or head_dim > MAX_HEAD_DIM:
             reasons.append(
@@ -315,6 +322,43 @@ def _segments(key_mask: torch.Tensor | None, batch: int, seq_len: int, dilation:
     return torch.cat([bounds, end]).int()
 
 
+def _document_segments(
+    documents: torch.Tensor, key_mask: torch.Tensor | None, dilation: int, max_documents: int | None
+) -> torch.Tensor:
+    """``cum_seq`` (int32) of packed rows: per row and residue class, one segment per run of
+    one document (or of padding), ``runs`` of them whatever the row holds (see the module
+    docstring), the unused ones empty at the class's end.
+
+    Args:
+        documents: ``(B, T)`` document ids, not decreasing along a row.
+        key_mask: ``(B, T)`` bool, True for padded keys, or None.
+        max_documents: the most documents a row holds, or None (then counted: a read-back).
+    """
+    batch, seq_len = documents.shape
+    device = documents.device
+    changes = documents[:, 1:] != documents[:, :-1]
+    if key_mask is not None:
+        changes = changes | (key_mask[:, 1:] != key_mask[:, :-1])
+    rank = F.pad(changes.long().cumsum(1), (1, 0))  # (B, T): each position's run in its row
+    if max_documents is None:  # a rehearsal's tensors hold no count: every position a run
+        runs = seq_len if devices.rehearsing(documents) else int(rank[:, -1].max()) + 1
+    else:
+        runs = max_documents + (2 if key_mask is not None else 0)
+        torch._assert_async(
+            (rank[:, -1] < runs).all(), "flash attention: a row holds more documents than the call's max_documents"
+        )
+    # Each run's first position (T for the runs a row does not have), then the slots of
+    # residue class r before it: ceil((p - r) / d), 0 below r.
+    first = torch.searchsorted(rank, torch.arange(runs, device=device).expand(batch, runs).contiguous())  # (B, R)
+    residue = torch.arange(dilation, device=device)
+    slots = (first[:, None, :] - residue[None, :, None] + dilation - 1).clamp(min=0) // dilation  # (B, d, R)
+    starts, _ = _class_bounds(seq_len, dilation, device)
+    base = torch.arange(batch, device=device)[:, None] * seq_len + starts  # (B, d)
+    bounds = (base[:, :, None] + slots).reshape(-1)
+    end = torch.full((1,), batch * seq_len, device=device, dtype=bounds.dtype)
+    return torch.cat([bounds, end]).int()
+
+
 # ------------------------------------------------------------------ the backend
 
 
@@ -325,16 +369,20 @@ def _heads(x: torch.Tensor, heads: list[int]) -> torch.Tensor:
     return torch.cat([x[:, h : h + 1] for h in heads], dim=1)
 
 
-def _group(q, k, v, key_mask, spec: BandSpec, dilation: int, draws: list | None = None):
+def _group(q, k, v, key_mask, spec: BandSpec, dilation: int, draws: list | None = None, documents=None):
     """One dilation's heads ``(B, Hg, T, D)``: ``(out (B, Hg, T, D), lse (B, Hg, T))``; with
-    ``draws`` (checks only), the dropout draw appended as a ``(B, Hg, T, T)`` keep mask."""
+    ``draws`` (checks only), the dropout draw appended as a ``(B, Hg, T, T)`` keep mask;
+    ``documents`` ``(B, T)``: the ids of packed rows."""
     batch, heads, seq_len, head_dim = q.shape
     packed = [x.transpose(1, 2) for x in (q, k, v)]  # (B, T, Hg, D)
     if dilation > 1:
         order, inverse = _orders(seq_len, dilation, q.device)
         packed = [_Reorder.apply(x, order, inverse) for x in packed]
     packed = [x.reshape(batch * seq_len, heads, head_dim).contiguous() for x in packed]
-    cum_seq = _segments(key_mask, batch, seq_len, dilation, q.device)
+    if documents is None:
+        cum_seq = _segments(key_mask, batch, seq_len, dilation, q.device)
+    else:
+        cum_seq = _document_segments(documents, key_mask, dilation, spec.max_documents)
     window = effective_window(spec.window, seq_len, dilation)
     max_len = -(-seq_len // dilation)
     # FlashAttention returns its dropout draw only with dropout ("return_softmax is only
@@ -376,28 +424,30 @@ def _keep_by_position(debug: torch.Tensor, cum_seq: torch.Tensor, batch: int, se
     return keep
 
 
-def _band(q, k, v, key_mask, spec: BandSpec, draws: list | None = None) -> list[torch.Tensor]:
+def _band(q, k, v, key_mask, spec: BandSpec, draws: list | None = None, documents=None) -> list[torch.Tensor]:
     """Every head, each dilation's heads in one call: ``[out (B, H, T, D), lse (B, H, T)]``,
     and with ``draws`` the dropout's keep mask ``(B, H, T, T)`` after them."""
     groups = spec.head_groups()
     if len(groups) == 1:
-        out, lse = _group(q, k, v, key_mask, spec, next(iter(groups)), draws)
+        out, lse = _group(q, k, v, key_mask, spec, next(iter(groups)), draws, documents)
         return [out, lse] + ([draws[-1]] if draws is not None else [])
     heads_of = [None] * q.shape[1]  # each head's results: its group's, sliced to it
     for dilation, heads in groups.items():
-        out, lse = _group(*(_heads(x, heads) for x in (q, k, v)), key_mask, spec, dilation, draws)
+        out, lse = _group(*(_heads(x, heads) for x in (q, k, v)), key_mask, spec, dilation, draws, documents)
         results = [out, lse] + ([draws[-1]] if draws is not None else [])
         for i, head in enumerate(heads):
             heads_of[head] = [x[:, i : i + 1] for x in results]
     return [torch.cat(parts, dim=1) for parts in zip(*heads_of, strict=True)]
 
 
-def attention_with_draws(q, k, v, key_mask, spec: BandSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def attention_with_draws(
+    q, k, v, key_mask, spec: BandSpec, documents: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A call of this backend that also returns its dropout draw: ``(out, lse, keep)``, with
     ``keep`` ``(B, H, T, T)`` bool, True for the pairs the dropout kept (FlashAttention's
     debug mask read by position). For ``check`` and the tests, on a few hundred tokens:
     it reads the segments back to the host."""
-    out, lse, keep = _band(q, k, v, key_mask, spec, draws=[])
+    out, lse, keep = _band(q, k, v, key_mask, spec, draws=[], documents=documents)
     return out, lse, keep
 
 
@@ -411,5 +461,5 @@ def flash_band_attention(
     if reasons:
         raise ValueError(refusal("flash", reasons))
     calls.record("flash", spec)
-    out, lse = _band(q, k, v, key_mask, spec)
+    out, lse = _band(q, k, v, key_mask, spec, documents=documents)
     return out, lse
