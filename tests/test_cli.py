@@ -413,3 +413,18 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
     monkeypatch.setattr(info, "main", interrupted)
     result = cli("info")
     assert result.returncode == 130 and result.stderr.strip() == "longformer-fs: interrupted"
+
+
+def test_bench_pack_trains_three_ways_on_one_corpus_and_only_complete_crosses_documents(tmp_path, capsys):
+    code = main(["bench", "pack", "--seq-len", "256", "--window", "16", "--batch-size", "4", "--documents", "60",
+                 "--valid-documents", "8", "--median", "60", "--tokens", "3000", "--layers", "1", "--width", "64",
+                 "--out", str(tmp_path)])  # fmt: skip
+    assert code == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert set(rows) == {"packed", "complete_doc", "complete"}
+    for row in rows.values():
+        assert row["real_tokens"] >= 3000 and row["tokens_per_s"] > 0 and 0 < row["valid_bits"] < 12
+    # Packed rows are full and sealed; complete's run across documents; complete_doc's are short.
+    assert rows["packed"]["mixed_rows"] == rows["complete_doc"]["mixed_rows"] == 0 < rows["complete"]["mixed_rows"]
+    assert rows["packed"]["padded_share"] < 0.05 and rows["packed"]["steps"] < rows["complete_doc"]["steps"]
+    assert "real tok/s" in capsys.readouterr().out

@@ -20,7 +20,7 @@ from journey import Journey, Workspace
 from longformer_fs.devices import RehearsedGpu
 
 JOURNEY = Journey("rehearse")
-NOT_REHEARSED = {"cuda_tests", "text8", "finetune_triviaqa", "mlm_base", "summarize_arxiv"}
+NOT_REHEARSED = {"cuda_tests", "pack", "text8", "finetune_triviaqa", "mlm_base", "summarize_arxiv"}
 SM90 = {  # call -> the backend an sm90 GPU without a `check` record takes
     "cuda/plain + dropout/float16": "flash",  # the fine-tuning, MLM and LED recipes' training
     "cuda/plain + dropout/bfloat16": "flash",
