@@ -16,8 +16,8 @@ task and batching of ``recipes/mlm/longformer_base_4096.yaml`` (``--batch-size``
 Each runs in its own process, with the same model, seed and optimizer, until it has trained
 on ``--tokens`` real (not padded) tokens. Reported side by side: real tokens a second, the
 share of padded positions, the peak memory of the largest batch's step, the rows whose band
-runs across a document's end ("leaky"), and the masked-LM loss (bits a masked token) after those tokens, on one held-out
-set of documents each scored alone, masked alike for all three.
+runs across a document's end ("leaky"), and the masked-LM loss (bits a masked token) after
+those tokens, on one held-out set of documents each scored alone, masked alike for all three.
 
 The corpus's tokens follow a topic per document (a Zipf law over the topic's words), so a
 document's own context predicts its masked tokens and another's misleads: the loss can show
@@ -79,6 +79,18 @@ def document_lengths(count: int, median: float, sigma: float, limit: int, seed: 
     """``(count,)`` long: lognormal lengths of the given median, clipped to ``[2, limit]``."""
     rng = np.random.default_rng(seed)
     return np.clip(np.rint(rng.lognormal(math.log(median), sigma, count)), 2, limit).astype(np.int64)
+
+
+def corpus(folder: Path, documents: int, valid_documents: int, median: float, sigma: float, limit: int) -> np.ndarray:
+    """The bench's corpus written to ``folder`` (:func:`write_corpus`): ``documents`` training
+    and ``valid_documents`` held-out lengths drawn by :func:`document_lengths`; returns the
+    training lengths."""
+    lengths = {
+        "train": document_lengths(documents, median, sigma, limit, seed=0),
+        "valid": document_lengths(valid_documents, median, sigma, limit, seed=1),
+    }
+    write_corpus(folder, lengths)
+    return lengths["train"]
 
 
 def write_corpus(folder: Path, lengths: dict[str, np.ndarray], seed: int = 0) -> None:
@@ -276,13 +288,9 @@ def main(args: argparse.Namespace) -> int:
     if args.median < 2 or args.documents < 1 or args.valid_documents < 1 or args.tokens < 1:
         print("error: --median must be at least 2, --documents, --valid-documents and --tokens at least 1")
         return 2
-    lengths = {
-        "train": document_lengths(args.documents, args.median, args.sigma, args.seq_len, seed=0),
-        "valid": document_lengths(args.valid_documents, args.median, args.sigma, args.seq_len, seed=1),
-    }
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-pack-") as data:
-        write_corpus(Path(data), lengths)
+        train = corpus(Path(data), args.documents, args.valid_documents, args.median, args.sigma, args.seq_len)
         for mode in tqdm(MODES, desc="bench pack", unit="way"):
             results[mode] = run_isolated(
                 "longformer_fs.benchmarks.pack:train_measurement", args.threads, mode=mode, data=data,
@@ -291,7 +299,6 @@ def main(args: argparse.Namespace) -> int:
                 dropout=training.dropout, attention_dropout=training.attention_dropout,
                 checkpoint_activations=training.checkpoint_activations, compile_layers=training.compile_layers,
             )  # fmt: skip
-    train = lengths["train"]
     print(
         f"continued MLM, {args.layers} layers x {args.width}, window {args.window} per side, {args.batch_size} rows of "
         f"{args.seq_len} tokens a step, as the MLM recipe batches; {args.documents} documents, lengths lognormal "

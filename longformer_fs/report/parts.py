@@ -439,12 +439,8 @@ def pack(ctx: Context) -> dict:
         ctx, (4096, 256, 8, 400, 600, 262144, 12, 768), (256, 16, 4, 40, 60, 2048, 1, 64)
     )
     training = _training(ctx, bench_pack.RECIPE)
-    lengths = {
-        "train": bench_pack.document_lengths(documents, median, 1.0, seq_len, seed=0),
-        "valid": bench_pack.document_lengths(max(4, documents // 10), median, 1.0, seq_len, seed=1),
-    }
     data = ctx.work / "pack"
-    bench_pack.write_corpus(data, lengths)
+    bench_pack.corpus(data, documents, max(4, documents // 10), median, 1.0, seq_len)
     rows = []
     for mode in bench_pack.MODES:
         result = bench_pack.train_measurement(

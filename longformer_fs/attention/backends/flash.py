@@ -296,30 +296,42 @@ def _orders(seq_len: int, dilation: int, device: torch.device) -> tuple[torch.Te
     return torch.empty_like(slot).scatter_(0, slot, position), slot
 
 
+def _row_class_starts(batch: int, seq_len: int, dilation: int, device) -> torch.Tensor:
+    """``(B, d)`` long: where each row's residue class starts among the packed ``B * T`` slots."""
+    starts, _ = _class_bounds(seq_len, dilation, device)
+    return torch.arange(batch, device=device)[:, None] * seq_len + starts
+
+
+def _slots_before(position: torch.Tensor, dilation: int) -> torch.Tensor:
+    """The slots of each residue class ``r`` before ``position`` ``p``: ``ceil((p - r) / d)``,
+    0 below ``r``; ``position``'s shape with a last dimension ``d``."""
+    residue = torch.arange(dilation, device=position.device)
+    return (position[..., None] - residue + dilation - 1).clamp(min=0) // dilation
+
+
+def _cum_seq(bounds: torch.Tensor, total: int) -> torch.Tensor:
+    """The segments' starts, in order, closed by ``total``: int32, as FlashAttention takes them."""
+    end = torch.full((1,), total, device=bounds.device, dtype=bounds.dtype)
+    return torch.cat([bounds.reshape(-1), end]).int()
+
+
 def _segments(key_mask: torch.Tensor | None, batch: int, seq_len: int, dilation: int, device) -> torch.Tensor:
     """``cum_seq`` (int32): per row and residue class, one segment of its tokens, or, with
     padding (``key_mask`` ``(B, T)`` bool, True for padded keys, at the row ends), three:
     the leading padding, the tokens and the trailing padding. Bounded on the device, with
     a count that depends on the shape alone: nothing is read back."""
-    starts, lengths = _class_bounds(seq_len, dilation, device)
-    base = torch.arange(batch, device=device)[:, None] * seq_len + starts  # (B, d)
+    base = _row_class_starts(batch, seq_len, dilation, device)  # (B, d)
     if key_mask is None:
-        bounds = base.reshape(-1)
-    else:
-        padded = key_mask.int()
-        lead = padded.cumprod(1).sum(1)  # (B,)
-        trail = torch.minimum(padded.flip(1).cumprod(1).sum(1), seq_len - lead)
-        torch._assert_async(
-            (padded.sum(1) == lead + trail).all(),
-            "flash attention: key_padding_mask pads inside a row; FlashAttention takes padding at the row ends only",
-        )
-        residue = torch.arange(dilation, device=device)
-        # Slots of class r before position p: ceil((p - r) / d), 0 below r.
-        lead_slots = (lead[:, None] - residue + dilation - 1).clamp(min=0) // dilation  # (B, d)
-        real_end = (seq_len - trail[:, None] - residue + dilation - 1).clamp(min=0) // dilation
-        bounds = torch.stack([base, base + lead_slots, base + real_end], dim=-1).reshape(-1)
-    end = torch.full((1,), batch * seq_len, device=device, dtype=bounds.dtype)
-    return torch.cat([bounds, end]).int()
+        return _cum_seq(base, batch * seq_len)
+    padded = key_mask.int()
+    lead = padded.cumprod(1).sum(1)  # (B,)
+    trail = torch.minimum(padded.flip(1).cumprod(1).sum(1), seq_len - lead)
+    torch._assert_async(
+        (padded.sum(1) == lead + trail).all(),
+        "flash attention: key_padding_mask pads inside a row; FlashAttention takes padding at the row ends only",
+    )
+    lead_slots, real_end = _slots_before(lead, dilation), _slots_before(seq_len - trail, dilation)  # (B, d)
+    return _cum_seq(torch.stack([base, base + lead_slots, base + real_end], dim=-1), batch * seq_len)
 
 
 def _document_segments(
@@ -347,16 +359,12 @@ def _document_segments(
         torch._assert_async(
             (rank[:, -1] < runs).all(), "flash attention: a row holds more documents than the call's max_documents"
         )
-    # Each run's first position (T for the runs a row does not have), then the slots of
-    # residue class r before it: ceil((p - r) / d), 0 below r.
+    # Each run's first position (T for the runs a row does not have), then each class's
+    # slots before it.
     first = torch.searchsorted(rank, torch.arange(runs, device=device).expand(batch, runs).contiguous())  # (B, R)
-    residue = torch.arange(dilation, device=device)
-    slots = (first[:, None, :] - residue[None, :, None] + dilation - 1).clamp(min=0) // dilation  # (B, d, R)
-    starts, _ = _class_bounds(seq_len, dilation, device)
-    base = torch.arange(batch, device=device)[:, None] * seq_len + starts  # (B, d)
-    bounds = (base[:, :, None] + slots).reshape(-1)
-    end = torch.full((1,), batch * seq_len, device=device, dtype=bounds.dtype)
-    return torch.cat([bounds, end]).int()
+    slots = _slots_before(first, dilation).transpose(1, 2)  # (B, d, R)
+    base = _row_class_starts(batch, seq_len, dilation, device)
+    return _cum_seq(base[:, :, None] + slots, batch * seq_len)
 
 
 # ------------------------------------------------------------------ the backend
