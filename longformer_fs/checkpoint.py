@@ -265,5 +265,6 @@ class Checkpoint:
 
 def load_model(checkpoint: Path, data: Path | None = None, device: str | torch.device = "cpu"):
     """The model (eval mode, on ``device``) and task of the checkpoint at ``checkpoint``
-    (:meth:`Checkpoint.load`), its task reading ``data``."""
-    return Checkpoint.read(checkpoint).load(device, data)
+    (:meth:`Checkpoint.load`), its task reading ``data`` item by item, as evaluation
+    predicts: a task trained on packed rows (``pack``) reads its splits unpacked."""
+    return Checkpoint.read(checkpoint).load(device, data, overrides={"pack": False})

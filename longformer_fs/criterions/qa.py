@@ -4,7 +4,7 @@ The answer text is matched at every occurrence in the window (``prep qa``); the 
 ``-log sum p(gold starts) - log sum p(gold ends)`` over the window's document tokens
 (:func:`~longformer_fs.modules.task_heads.or_span_loss`), logged in bits per window
 with an answer. ``span_acc`` is the share of those windows whose best start and best end
-are gold positions.
+are gold positions. Windows packed in rows are scored each alone.
 """
 
 import torch
@@ -21,8 +21,7 @@ class QaCriterion(BitsAndAccuracyCriterion):
     CORRECT, ACCURACY = "span_hits", "span_acc"
 
     def forward(self, model, sample, reduce=True):
-        logits = QaTask.model_outputs(model, sample)
-        starts, ends, allowed = sample["starts"], sample["ends"], sample["document_mask"]
+        logits, starts, ends, allowed = QaTask.window_spans(model, sample)
         loss, answered = or_span_loss(logits[..., 0], logits[..., 1], starts, ends, allowed)
         with torch.no_grad():
             best = logits.masked_fill(~allowed[..., None], float("-inf")).argmax(dim=1)  # (B, 2)
