@@ -5,6 +5,10 @@
   attention on the first ``<s>`` of each source.
 - The decoder is BART's, unchanged: full causal self-attention, full cross-attention to
   every encoder state, incremental decoding and beam search through fairseq-generate.
+- Rows may pack several (source, target) pairs in training (``longformer_translation
+  --pack``, issue #75): each source is then encoded alone (its band, its positions, its
+  first ``<s>`` global), and each target decoded alone, causal within itself, numbered
+  from its own start and attending only its own source's encoder states.
 - Sources get 16,384 positions (``longformer-fs convert-bart`` copies BART's 1,024
   learned rows out to them), targets keep BART's 1,024.
 
@@ -20,11 +24,13 @@ import argparse
 import logging
 import re
 
+import torch
+import torch.nn.functional as F
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart.model import BARTModel, bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
-from fairseq.modules import MultiheadAttention
+from fairseq.modules import LearnedPositionalEmbedding, MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
@@ -33,6 +39,7 @@ from omegaconf import OmegaConf
 
 from ..attention.tracing import constant_when_traced
 from ..modules.compiled import allow_graphs, compiled_in_training
+from ..modules.packing import document_positions
 from .longformer_encoder import LongformerTransformerEncoder, add_compile_layers_arg, add_max_global_tokens_arg
 from .pretrained import FromPretrained
 from .weight_layout import add_global_projections, check_learned_positions
@@ -70,24 +77,64 @@ class LEDEncoder(LongformerTransformerEncoder):
         super().__init__(args, dictionary, embed_tokens, first_only=True)
 
 
-class _SharedTraceAttention(MultiheadAttention):
-    """fairseq's attention, whose incremental-state key a trace takes as a constant.
+class LEDDecoderAttention(MultiheadAttention):
+    """fairseq's attention, whose incremental-state key a trace takes as a constant, and
+    which attends packed rows through a mask of allowed pairs.
 
-    The key names the layer (a random id per module), and fairseq computes it in every
-    forward, in training too, where no incremental state exists; a compiled layer would
-    guard on it, one graph per layer. Taken as a constant it is not guarded, so the
-    decoder's layers share their graph. Only compiled training traces it, and it never has
-    an incremental state; generation runs eagerly, where nothing changes.
+    - The key names the layer (a random id per module), and fairseq computes it in every
+      forward, in training too, where no incremental state exists; a compiled layer would
+      guard on it, one graph per layer. Taken as a constant it is not guarded, so the
+      decoder's layers share their graph. Only compiled training traces it, and it never
+      has an incremental state; generation runs eagerly, where nothing changes.
+    - fairseq's layer hands its cross-attention only the keys' padding, one mask for
+      every query, and fairseq's attention adds a mask of the same pairs for every row of
+      the batch. Packed rows need a mask per row and query (:attr:`allowed`,
+      :meth:`LEDDecoder.set_documents`); with one set, the attention is
+      ``scaled_dot_product_attention`` over it, and returns no weights.
     """
+
+    allowed: torch.Tensor | None = None  # (B, T, S) bool, the pairs a packed forward attends
 
     @constant_when_traced
     def _get_full_incremental_state_key(self, key: str) -> str:
         return super()._get_full_incremental_state_key(key)
 
+    def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
+                static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False):  # fmt: skip
+        if self.allowed is None or incremental_state is not None:
+            return super().forward(query, key, value, key_padding_mask, incremental_state, need_weights, static_kv,
+                                   attn_mask, before_softmax, need_head_weights)  # fmt: skip
+        length, batch, width = query.shape  # (T, B, C); keys (S, B, C)
+
+        def heads(x: torch.Tensor) -> torch.Tensor:  # (L, B, C) -> (B, H, L, D)
+            return x.reshape(x.shape[0], batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+        dropout = self.dropout_module.p if self.training or self.dropout_module.apply_during_inference else 0.0
+        # fairseq scales the queries by head_dim ** -0.5 after the bias: the default scale here.
+        x = F.scaled_dot_product_attention(
+            heads(self.q_proj(query)), heads(self.k_proj(key)), heads(self.v_proj(value)),
+            attn_mask=self.allowed[:, None], dropout_p=dropout,
+        )  # fmt: skip
+        return self.out_proj(x.permute(2, 0, 1, 3).reshape(length, batch, width)), None
+
+
+class TargetPositions(LearnedPositionalEmbedding):
+    """fairseq's learned positions, numbered from each target's start in packed rows
+    (:attr:`packed`, ``(B, T)``, set by :class:`LEDDecoder` for a forward), and as fairseq
+    numbers them otherwise. The weights and their keys are fairseq's."""
+
+    packed: torch.Tensor | None = None
+
+    def forward(self, input, incremental_state=None, positions=None):
+        if self.packed is None or incremental_state is not None:
+            return super().forward(input, incremental_state, positions)
+        return F.embedding(self.packed, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq, self.sparse)  # fmt: skip
+
 
 def _shared_trace(attention: MultiheadAttention) -> MultiheadAttention:
     if type(attention) is MultiheadAttention:
-        attention.__class__ = _SharedTraceAttention
+        attention.__class__ = LEDDecoderAttention
     return attention
 
 
@@ -113,6 +160,7 @@ class LEDDecoder(TransformerDecoderBase):
       decoder's flag; each layer keeps its own, built from the model's settings.
     - Its layers are :class:`LEDDecoderLayer`, wrapped as fairseq wraps its own
       (activation checkpointing, FSDP).
+    - In packed rows (:meth:`set_documents`) each target is decoded alone.
     """
 
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn: bool, compile_layers: bool):
@@ -121,6 +169,39 @@ class LEDDecoder(TransformerDecoderBase):
         self.cross_self_attention = True
         if compile_layers:
             allow_graphs(2)  # the layers, and the last, which returns its attention
+        self._documents: tuple[torch.Tensor, torch.Tensor] | None = None
+        if type(self.embed_positions) is LearnedPositionalEmbedding:
+            self.embed_positions.__class__ = TargetPositions
+        self._attentions = [m for m in self.modules() if isinstance(m, LEDDecoderAttention)]
+
+    def set_documents(self, target_documents: torch.Tensor | None, source_documents: torch.Tensor | None) -> None:
+        """The document ids of the next forward's packed rows, ``(B, T)`` of the targets and
+        ``(B, S)`` of the sources, the ``i``-th target of a row being the ``i``-th source's;
+        or None (one pair a row). For the next forward only."""
+        if (target_documents is None) != (source_documents is None):
+            raise ValueError("documents: packed rows need the ids of both the sources and the targets")
+        both = None if target_documents is None else (target_documents, source_documents)
+        self._documents = both
+
+    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+        # Each forward sets the masks of its rows, or clears them: they stay on the layers
+        # until then, for activation checkpointing's recomputation in the backward pass.
+        documents, self._documents = self._documents, None
+        allowed = self_allowed = positions = None
+        if documents is not None and incremental_state is None:
+            if not isinstance(self.embed_positions, TargetPositions):
+                raise ValueError("documents: packed targets need learned positions (BART's)")
+            targets, sources = (d.to(prev_output_tokens.device) for d in documents)
+            padding = prev_output_tokens.eq(self.padding_idx)
+            positions = document_positions(targets, padding, self.padding_idx)
+            self_allowed, allowed = packed_decoder_masks(
+                targets, padding, sources, encoder_out["encoder_padding_mask"][0]
+            )
+        for attention in self._attentions:
+            attention.allowed = self_allowed if attention.self_attention else allowed
+        if isinstance(self.embed_positions, TargetPositions):
+            self.embed_positions.packed = positions
+        return super().forward(prev_output_tokens, encoder_out, incremental_state, **kwargs)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer = LEDDecoderLayer(cfg, no_encoder_attn)
@@ -129,6 +210,27 @@ class LEDDecoder(TransformerDecoderBase):
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         # FSDP wraps a checkpointed layer whatever its size, as fairseq's decoder does.
         return fsdp_wrap(layer, min_num_params=0 if cfg.checkpoint_activations else cfg.min_params_to_wrap)
+
+
+def packed_decoder_masks(
+    targets: torch.Tensor, target_padding: torch.Tensor, sources: torch.Tensor, source_padding: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pairs a decoder attends in packed rows: ``(B, T, T)`` bool for its self-attention
+    (causal, within each target) and ``(B, T, S)`` for its cross-attention (each target's
+    own source). A padded query attends to everything: never an empty softmax, whose NaN
+    would reach the gradients through the ignored positions.
+
+    Args:
+        targets, sources: ``(B, T)`` and ``(B, S)`` document ids (the ``i``-th target of a
+            row is the ``i``-th source's).
+        target_padding, source_padding: ``(B, T)`` and ``(B, S)`` bool, True for padding.
+    """
+    index = torch.arange(targets.shape[1], device=targets.device)
+    causal = index[None, :, None] >= index[None, None, :]
+    same = (targets[:, :, None] == targets[:, None, :]) & causal & ~target_padding[:, None, :]
+    cross = (targets[:, :, None] == sources[:, None, :]) & ~source_padding[:, None, :]
+    query_padding = target_padding[:, :, None]
+    return same | query_padding, cross | query_padding
 
 
 @register_model("led")
@@ -143,6 +245,16 @@ class LEDModel(FromPretrained, BARTModel):
                                  f"(default {DEFAULT_WINDOW}, the paper's 1,024-token window)")  # fmt: skip
         add_max_global_tokens_arg(parser)
         add_compile_layers_arg(parser)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, documents=None, target_documents=None,
+                max_documents=None, **kwargs):  # fmt: skip
+        """BART's. Rows that pack several pairs (``longformer_translation --pack``) add the
+        sources' and the targets' document ids, ``(B, S)`` and ``(B, T)``, and the most
+        pairs a row holds (``max_documents``, when the batch counted them)."""
+        if documents is not None:
+            self.encoder.set_documents(documents, max_documents)
+        self.decoder.set_documents(target_documents, documents)
+        return super().forward(src_tokens, src_lengths, prev_output_tokens, **kwargs)
 
     @classmethod
     def build_model(cls, args, task):

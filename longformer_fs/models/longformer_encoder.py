@@ -32,7 +32,7 @@ from fairseq.utils import safe_getattr
 
 from ..attention import GlobalTokens, LongformerSelfAttention
 from ..modules.compiled import allow_graphs, compiled_in_training
-from ..modules.packing import document_positions
+from ..modules.packing import document_positions, document_starts
 from ..modules.per_layer import layer_values
 from .weight_layout import copy_global_projections
 
@@ -223,34 +223,49 @@ class LongformerTransformerEncoder(TransformerEncoder):
         read the count back from the device): ``--max-global-tokens`` when set, else what
         the configured tokens can add (one per id when only their first occurrence is
         global, as in LED; unknown otherwise) plus the batch's own count. In packed rows
-        ``--max-global-tokens`` bounds each document's, so a row's bound is that times the
-        batch's most documents in a row (unknown when the batch does not say)."""
-        if self.max_global is not None and self._batch_documents is not None:
-            most = self._batch_max_documents
-            return None if most is None else self.max_global * most
+        ``--max-global-tokens`` and the first occurrences hold per document, so a row's
+        bound is that times the batch's most documents in a row (unknown when the batch
+        does not say); the batch's own count is already a row's."""
+        packed, most = self._batch_documents is not None, self._batch_max_documents
+
+        def per_row(per_document: int) -> int | None:
+            if not packed or per_document == 0:
+                return per_document
+            return None if most is None else per_document * most
+
         if self.max_global is not None:
-            return self.max_global
+            return per_row(self.max_global)
         configured = len(self.global_token_ids)
         if configured and not self.first_only:
             return None
+        configured = per_row(configured)
         if not from_batch:
             return configured
-        return None if self._batch_max_global is None else configured + self._batch_max_global
+        if configured is None or self._batch_max_global is None:
+            return None
+        return configured + self._batch_max_global
 
-    def global_mask(self, src_tokens: torch.Tensor) -> torch.Tensor | None:
-        """``(B, T)`` bool: the configured global tokens of this batch, or None."""
+    def global_mask(self, src_tokens: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor | None:
+        """``(B, T)`` bool: the configured global tokens of this batch, or None. With
+        ``first_only``, each row's first occurrence, or in packed rows (``documents``
+        ``(B, T)``) each document's."""
         if not self.global_token_ids.numel():
             return None
         # A comparison with each of the few ids, not torch.isin, which ONNX lacks.
         mask = (src_tokens[..., None] == self.global_token_ids).any(dim=-1)
         if self.first_only:
-            mask = mask & (mask.cumsum(dim=1) == 1)
+            seen = mask.cumsum(dim=1)
+            if documents is not None:  # less the occurrences before each document's start
+                seen = seen - (seen - mask.long()).gather(1, document_starts(documents))
+            mask = mask & (seen == 1)
         return mask
 
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
-        mask, from_batch = self.global_mask(src_tokens), self._batch_global_mask
-        bound = self.global_bound(from_batch is not None)
-        documents, most = self._batch_documents, self._batch_max_documents
+        documents, from_batch = self._batch_documents, self._batch_global_mask
+        if documents is not None:
+            documents = documents.to(src_tokens.device)
+        mask, bound = self.global_mask(src_tokens, documents), self.global_bound(from_batch is not None)
+        most = self._batch_max_documents
         self._batch_documents = self._batch_max_documents = None
         self._batch_global_mask = self._batch_max_global = None
         if from_batch is not None:
@@ -263,8 +278,6 @@ class LongformerTransformerEncoder(TransformerEncoder):
             mask = from_batch if mask is None else mask | from_batch
         padding = src_tokens.eq(self.padding_idx)
         tokens = GlobalTokens.find(mask, padding, bound)
-        if documents is not None:
-            documents = documents.to(src_tokens.device)
         for attention in self.attention_modules():
             attention.set_global_tokens(tokens, documents, most)
         return self._encode(src_tokens, padding, return_all_hiddens, token_embeddings, documents)

@@ -5,6 +5,7 @@ boundaries (``documents``, :func:`longformer_fs.attention.banded_attention`).
   (``padding_idx + 1``), as each would be numbered alone; padding keeps ``padding_idx``.
   (0-based positions in packed rows silently broke RoBERTa-family models elsewhere: HF
   transformers #47496.)
+- :func:`document_starts`: where each position's document starts.
 """
 
 from __future__ import annotations
@@ -20,11 +21,19 @@ def document_positions(documents: torch.Tensor, padding: torch.Tensor, padding_i
         documents: ``(B, T)`` document ids, contiguous and not decreasing along a row.
         padding: ``(B, T)`` bool, True for padding.
     """
-    seq_len = documents.shape[1]
-    index = torch.arange(seq_len, device=documents.device).expand_as(documents)
-    starts = torch.ones_like(padding)
-    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
-    # The start of each position's document: the last start at or before it (no host read).
-    first = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values
-    positions = index - first + padding_idx + 1
+    index = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
+    positions = index - document_starts(documents) + padding_idx + 1
     return positions.masked_fill(padding, padding_idx)
+
+
+def document_starts(documents: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` long: the position where each position's document starts.
+
+    Args:
+        documents: ``(B, T)`` document ids, contiguous along a row.
+    """
+    index = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    # The last start at or before each position: a running maximum, no host read.
+    return torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values

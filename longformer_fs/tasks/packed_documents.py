@@ -24,6 +24,13 @@ PADDED_DOCUMENT = 2**31 - 1
 DOCUMENT_SLOTS = 8  # a batch's bound on the documents of a row is a multiple of this
 
 
+def document_bound(most: int) -> int:
+    """A batch's bound on the documents of a row (``net_input["max_documents"]``): the most a
+    row holds, rounded up to a multiple of :data:`DOCUMENT_SLOTS` (fewer shapes for a
+    compiled model)."""
+    return -(-max(most, 1) // DOCUMENT_SLOTS) * DOCUMENT_SLOTS
+
+
 def first_fit(sizes: np.ndarray, capacity: int) -> list[np.ndarray]:
     """Item indices per row: items longest first, each into the first row it fits.
 
@@ -179,4 +186,4 @@ class MaxDocumentsDataset(FairseqDataset):
         return len(self.packed)
 
     def collater(self, samples: list[int]) -> int:
-        return -(-max(samples, default=1) // DOCUMENT_SLOTS) * DOCUMENT_SLOTS
+        return document_bound(max(samples, default=1))

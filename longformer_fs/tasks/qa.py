@@ -23,7 +23,7 @@ from omegaconf import MISSING
 
 from ..conventions import QA_FILES
 from ..heads import QA_HEAD
-from .packed_documents import DOCUMENT_SLOTS, PADDED_DOCUMENT, PackedDocumentsDataset
+from .packed_documents import PADDED_DOCUMENT, PackedDocumentsDataset, document_bound
 from .token_head_task import ItemsDataset, TokenHeadTask
 
 # The datasets of a `prep qa` split: each window's tokens and gold positions, which batches
@@ -114,7 +114,7 @@ class PackedQaDataset(ItemsDataset):
         question = data_utils.collate_tokens([s["question"] for s in samples], False, left_pad=False)
         documents = data_utils.collate_tokens([s["documents"] for s in samples], PADDED_DOCUMENT, left_pad=False)
         document = ~question & (tokens != pad) & (tokens != eos)
-        slots = -(-max(len(s["starts"]) for s in samples) // DOCUMENT_SLOTS) * DOCUMENT_SLOTS
+        slots = document_bound(max(len(s["starts"]) for s in samples))
         width = max(1, max(len(gold) for s in samples for gold in s["starts"]))
         starts, ends = (torch.full((len(samples) * slots, width), -1, dtype=torch.long) for _ in range(2))
         for row, sample in enumerate(samples):
