@@ -57,6 +57,7 @@ from longformer_fs.conventions import HOTPOTQA_SYMBOLS, WIKIHOP_SYMBOLS, byte_sy
 from longformer_fs.environment import auto_choices
 from longformer_fs.precision import FitToDevice
 from longformer_fs.rehearsal import RehearsalFailure, watched
+from longformer_fs.tasks.packed_documents import PADDED_DOCUMENT, PackedDocumentsDataset, document_bound
 
 META = torch.device("meta")
 
@@ -108,13 +109,28 @@ def char_lm_batch(task, length: int, generator) -> dict:
 
 
 def mlm_batch(task, length: int, generator) -> dict:
-    """fairseq's masked-LM batch: 15% of the tokens masked, the target padded elsewhere."""
+    """fairseq's masked-LM batch: 15% of the tokens masked, the target padded elsewhere. With
+    the task's ``pack_documents``, two rows that each pack three documents (``<s> words </s>``)
+    by the task's own packing, with their document ids and bound."""
     d, lengths = task.source_dictionary, (length, length - 20)
-    tokens = _sentences(task, lengths, generator)
+    net_input = {}
+    if task.cfg.pack_documents:
+        sizes = [n // 3 for n in lengths for _ in range(2)] + [n - 2 * (n // 3) for n in lengths]
+        packed = PackedDocumentsDataset(Items(_sentences(task, (n,), generator)[0] for n in sizes), sizes, length,
+                                        d.bos())  # fmt: skip
+        rows = [packed[i] for i in range(len(packed))]
+        tokens, lengths = data_utils.collate_tokens(rows, d.pad()), tuple(len(row) for row in rows)
+        documents = [packed.documents(i) for i in range(len(packed))]
+        net_input = {"documents": data_utils.collate_tokens(documents, PADDED_DOCUMENT),
+                     "max_documents": document_bound(max(len(packed.rows[i]) for i in range(len(packed))))}  # fmt: skip
+    else:
+        tokens = _sentences(task, lengths, generator)
     masked = (torch.rand(tokens.shape, generator=generator) < 0.15) & (tokens > d.eos())
     masked[:, 1] = True
     target = torch.where(masked, tokens, torch.full_like(tokens, d.pad()))
-    return _sample(tokens.masked_fill(masked, d.index("<mask>")), lengths, target, int(masked.sum()))
+    sample = _sample(tokens.masked_fill(masked, d.index("<mask>")), lengths, target, int(masked.sum()))
+    sample["net_input"].update(net_input)
+    return sample
 
 
 def classification_batch(task, length: int, generator) -> dict:

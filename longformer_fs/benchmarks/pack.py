@@ -7,10 +7,10 @@ task and batching of ``recipes/mlm/longformer_base_4096.yaml`` (``--batch-size``
 ``--seq-len`` tokens, as its ``dataset.batch_size``):
 
 - ``packed``: ``--pack-documents``: whole documents packed first-fit into full rows, each
-  attended and numbered alone;
+  attended and numbered alone (the recipes' way);
 - ``complete_doc``: one document a block (a long one split), padded to the batch's longest:
   the clean choice without packing (fairseq sorts rows by length, so a batch is bucketed);
-- ``complete``: full blocks that run across documents (the recipe's today: the band
+- ``complete``: full blocks that run across documents (the recipes' before issue #75: the band
   attends across each boundary).
 
 Each runs in its own process, with the same model, seed and optimizer, until it has trained
