@@ -417,14 +417,26 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
 
 def test_bench_pack_trains_three_ways_on_one_corpus_and_only_complete_crosses_documents(tmp_path, capsys):
     code = main(["bench", "pack", "--seq-len", "256", "--window", "16", "--batch-size", "4", "--documents", "60",
-                 "--valid-documents", "8", "--median", "60", "--tokens", "3000", "--layers", "1", "--width", "64",
-                 "--out", str(tmp_path)])  # fmt: skip
+                 "--valid-documents", "8", "--median", "60", "--tokens", "3000", "--finetune-tokens", "3000",
+                 "--layers", "1", "--width", "64", "--out", str(tmp_path)])  # fmt: skip
     assert code == 0
-    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    # Fine-tuning: fairseq's shuffled rows pad most; bucketing and packing less, packing least.
+    tuned = results["finetune_rows"]
+    assert set(tuned) == {"packed", "bucketed", "fairseq"}
+    for row in tuned.values():
+        assert row["real_tokens"] >= 3000 and row["tokens_per_s"] > 0 and row["documents_per_s"] > 0
+    assert tuned["packed"]["padded_share"] < tuned["bucketed"]["padded_share"] < tuned["fairseq"]["padded_share"]
+    assert tuned["packed"]["steps"] < tuned["fairseq"]["steps"]  # packed rows hold more documents
+    assert set(results["finetune"]) == {"bucketed_speed_vs_fairseq", "packed_speed_vs_fairseq",
+                                        "packed_speed_vs_bucketed", "packed_memory_vs_fairseq"}  # fmt: skip
+    rows = results["rows"]
     assert set(rows) == {"packed", "complete_doc", "complete"}
     for row in rows.values():
         assert row["real_tokens"] >= 3000 and row["tokens_per_s"] > 0 and 0 < row["valid_bits"] < 12
     # Packed rows are full and sealed; complete's run across documents; complete_doc's are short.
     assert rows["packed"]["mixed_rows"] == rows["complete_doc"]["mixed_rows"] == 0 < rows["complete"]["mixed_rows"]
     assert rows["packed"]["padded_share"] < 0.05 and rows["packed"]["steps"] < rows["complete_doc"]["steps"]
-    assert "real tok/s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "real tok/s" in out and "bucketing alone:" in out
+    assert main(["bench", "pack", "--parts", "mlm,speed", "--out", str(tmp_path)]) == 2

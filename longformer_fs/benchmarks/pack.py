@@ -22,6 +22,18 @@ those tokens, on one held-out set of documents each scored alone, masked alike f
 The corpus's tokens follow a topic per document (a Zipf law over the topic's words), so a
 document's own context predicts its masked tokens and another's misleads: the loss can show
 what attending across documents costs.
+
+``--parts finetune`` does the same for classification fine-tuning, on documents drawn alike
+and labelled by their topic, trained by ``longformer_sentence_prediction`` with the settings
+of ``recipes/finetune/imdb.yaml`` (``--batch-size`` rows a step, ``<s>`` global), three ways:
+
+- ``fairseq``: fairseq's ``sentence_prediction`` batches: shuffled without regard to length,
+  each row one document padded to the batch's longest;
+- ``bucketed``: the same rows in batches of like lengths (sorted by length, the batches
+  shuffled), as a length-bucketing sampler makes them: what bucketing alone saves;
+- ``packed``: ``--pack``: whole documents packed first-fit into rows of ``--seq-len``.
+
+Reported: real tokens and documents a second, the padded share and the peak memory.
 """
 
 from __future__ import annotations
@@ -44,11 +56,14 @@ from .measure import add_device_arguments, autocast, peak_memory_bytes, run_isol
 from .recipe_training import add_training_arguments, training_of
 
 MODES = ("packed", "complete_doc", "complete")
+FINETUNE_MODES = ("packed", "bucketed", "fairseq")
+PARTS = ("mlm", "finetune")
 VOCAB = 2048  # the corpus's words
 TOPICS = 32  # each document's words come from one topic's
 TOPIC_WORDS = 256
 SENTENCE = (8, 40)  # tokens a line, uniform
 RECIPE = RECIPES / "mlm" / "longformer_base_4096.yaml"
+FINETUNE_RECIPE = RECIPES / "finetune" / "imdb.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sigma", type=float, default=1.0, help="spread of the lognormal lengths (log scale)")
     parser.add_argument(
         "--tokens", type=int, default=524288, help="real tokens each way trains on before its loss is taken"
+    )
+    parser.add_argument(
+        "--parts", default=",".join(PARTS),
+        help=f"what to measure, comma-separated: {', '.join(PARTS)} (continued MLM; classification fine-tuning)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--finetune-tokens", type=int, default=262144, help="real tokens each fine-tuning way trains on"
     )
     parser.add_argument(
         "--layers", type=int, default=2, help="encoder layers (longformer_roberta_base has 12; 2 fit a CPU's minutes)"
@@ -93,6 +115,36 @@ def corpus(folder: Path, documents: int, valid_documents: int, median: float, si
     return lengths["train"]
 
 
+def _topic_documents(lengths: dict[str, np.ndarray], seed: int):
+    """The bench's vocabulary (a ``Dictionary`` of ``VOCAB`` words) and, per split, its
+    documents: ``documents(split)`` yields ``(topic, lines)``, each line an int32 tensor of
+    its words then ``</s>``, the lines' lengths summing to the document's (``</s>`` counted)."""
+    from fairseq.data import Dictionary
+
+    rng = np.random.default_rng(seed)
+    dictionary = Dictionary()
+    for word in range(VOCAB):
+        dictionary.add_symbol(f"w{word}", n=VOCAB - word)
+    first = dictionary.nspecial
+    topics = [rng.choice(VOCAB, TOPIC_WORDS, replace=False) for _ in range(TOPICS)]
+    zipf = 1.0 / np.arange(1, TOPIC_WORDS + 1)
+    zipf /= zipf.sum()
+    eos = torch.tensor([dictionary.eos()], dtype=torch.int32)
+
+    def documents(split: str):
+        for length in lengths[split].tolist():
+            topic = int(rng.integers(TOPICS))
+            words, left, lines = topics[topic], length, []
+            while left > 0:
+                line = min(left, int(rng.integers(*SENTENCE)))
+                tokens = first + words[rng.choice(TOPIC_WORDS, line - 1, p=zipf)] if line > 1 else np.empty(0)
+                lines.append(torch.cat([torch.as_tensor(tokens, dtype=torch.int32), eos]))
+                left -= line
+            yield topic, lines
+
+    return dictionary, documents
+
+
 def write_corpus(folder: Path, lengths: dict[str, np.ndarray], seed: int = 0) -> None:
     """``folder/{dict.txt, SPLIT.bin, SPLIT.idx}`` as ``fairseq-preprocess`` writes them: each
     document's lines, each line's tokens then ``</s>``, and an empty line (``</s>`` alone)
@@ -101,31 +153,46 @@ def write_corpus(folder: Path, lengths: dict[str, np.ndarray], seed: int = 0) ->
     Args:
         lengths: split name -> its documents' lengths in tokens (a line's ``</s>`` counted).
     """
-    from fairseq.data import Dictionary, indexed_dataset
+    from fairseq.data import indexed_dataset
 
-    rng = np.random.default_rng(seed)
-    dictionary = Dictionary()
-    for word in range(VOCAB):
-        dictionary.add_symbol(f"w{word}", n=VOCAB - word)
+    dictionary, documents = _topic_documents(lengths, seed)
     folder.mkdir(parents=True, exist_ok=True)
     dictionary.save(str(folder / "dict.txt"))
-    first = dictionary.nspecial
-    topics = [rng.choice(VOCAB, TOPIC_WORDS, replace=False) for _ in range(TOPICS)]
-    zipf = 1.0 / np.arange(1, TOPIC_WORDS + 1)
-    zipf /= zipf.sum()
     eos = torch.tensor([dictionary.eos()], dtype=torch.int32)
-    for split, sizes in lengths.items():
+    for split in lengths:
         builder = indexed_dataset.make_builder(str(folder / f"{split}.bin"), impl="mmap", vocab_size=len(dictionary))
-        for length in sizes.tolist():
-            words = topics[rng.integers(TOPICS)]
-            left = length
-            while left > 0:
-                line = min(left, int(rng.integers(*SENTENCE)))
-                tokens = first + words[rng.choice(TOPIC_WORDS, line - 1, p=zipf)] if line > 1 else np.empty(0)
-                builder.add_item(torch.cat([torch.as_tensor(tokens, dtype=torch.int32), eos]))
-                left -= line
+        for _, lines in documents(split):
+            for line in lines:
+                builder.add_item(line)
             builder.add_item(eos)  # the empty line that ends a document
         builder.finalize(str(folder / f"{split}.idx"))
+
+
+def write_classification(folder: Path, lengths: dict[str, np.ndarray], seed: int = 0) -> None:
+    """``folder/{input0,label}/`` as ``fairseq-preprocess`` writes a classification set
+    (``sentence_prediction``'s layout): each document one line, its words then ``</s>``,
+    labelled by its topic's parity, which its words tell."""
+    from fairseq.data import Dictionary, indexed_dataset
+
+    dictionary, documents = _topic_documents(lengths, seed)
+    labels = Dictionary()
+    for label in ("0", "1"):
+        labels.add_symbol(label)
+    vocabularies = {"input0": dictionary, "label": labels}
+    for name, vocabulary in vocabularies.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        vocabulary.save(str(folder / name / "dict.txt"))
+    for split in lengths:
+        builders = {
+            name: indexed_dataset.make_builder(str(folder / name / f"{split}.bin"), impl="mmap", vocab_size=len(v))
+            for name, v in vocabularies.items()
+        }
+        for topic, lines in documents(split):
+            words = torch.cat([line[:-1] for line in lines] + [lines[-1][-1:]])  # one line: a single </s>
+            builders["input0"].add_item(words)
+            builders["label"].add_item(torch.tensor([labels.index(str(topic % 2)), labels.eos()], dtype=torch.int32))
+        for name, builder in builders.items():
+            builder.finalize(str(folder / name / f"{split}.idx"))
 
 
 # ------------------------------------------------------------------ one way, in its own process
@@ -177,21 +244,55 @@ def train_measurement(
     """
     from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
-    from ..attention.calls import backend_calls
     from ..models.longformer_roberta import LongformerRobertaModel
 
     torch.manual_seed(1)
     task = _task(data, seq_len, mode)
-    args = types.SimpleNamespace(
-        max_positions=seq_len, attention_window=str(window), dropout=dropout, attention_dropout=attention_dropout,
-        checkpoint_activations=checkpoint_activations, compile_layers=compile_layers, encoder_layers=layers,
-        encoder_embed_dim=width, encoder_ffn_embed_dim=4 * width,
-        encoder_attention_heads=max(1, width // 64),
-    )  # fmt: skip
+    args = _model_args(seq_len, window, layers, width, dropout, attention_dropout, checkpoint_activations,
+                       compile_layers)  # fmt: skip
     model = LongformerRobertaModel.build_model(args, task).to(device).train()
     criterion = MaskedLmLoss(MaskedLmConfig(), task)
+    mixed = [0]
+
+    def count(src: torch.Tensor) -> None:
+        mixed[0] += _rows_mixing_documents(src, task)
+
+    result = _timed_training(
+        model, criterion, lambda epoch: _batches(task, "train", batch_size, epoch, shuffle=True), tokens, device,
+        precision, task.source_dictionary.pad(), count,
+    )  # fmt: skip
+    return {
+        **result,
+        "mixed_rows": mixed[0] / result.pop("rows"),
+        "valid_bits": _valid_bits(model, criterion, data, seq_len, batch_size, device),
+    }
+
+
+def _model_args(seq_len, window, layers, width, dropout, attention_dropout, checkpoint_activations, compile_layers,
+                **more) -> types.SimpleNamespace:  # fmt: skip
+    """``longformer_roberta``'s settings for a bench model: ``layers`` x ``width``, heads of 64."""
+    return types.SimpleNamespace(
+        max_positions=seq_len, attention_window=str(window), dropout=dropout, attention_dropout=attention_dropout,
+        checkpoint_activations=checkpoint_activations, compile_layers=compile_layers, encoder_layers=layers,
+        encoder_embed_dim=width, encoder_ffn_embed_dim=4 * width, encoder_attention_heads=max(1, width // 64), **more,
+    )  # fmt: skip
+
+
+def _timed_training(model, criterion, epochs, tokens: int, device: str, precision: str, pad: int, count=None) -> dict:
+    """Adam steps of ``criterion`` on ``epochs(1)``, ``epochs(2)``, ... until ``tokens`` real
+    tokens, each batch's counts taken from its host copy before it moves (no step reads back).
+
+    Args:
+        count: called with each batch's host ``src_tokens``, for a caller's own counts.
+
+    Returns:
+        ``tokens_per_s`` and ``documents_per_s`` (over the timed steps' seconds, the first step
+        untimed), ``padded_share``, ``peak_mib`` (the largest batch's step), ``steps``,
+        ``real_tokens``, ``rows`` and the backends the band attention ran on.
+    """
+    from ..attention.calls import backend_calls
+
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
-    pad = task.source_dictionary.pad()
 
     def step(sample) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -200,16 +301,16 @@ def train_measurement(
         (loss.float() / sample_size).backward()
         optimizer.step()
 
-    seen = padded = positions = mixed = rows = steps = 0
-    seconds = timed_tokens = 0.0
+    seen = padded = positions = rows = steps = 0
+    seconds = timed_tokens = timed_documents = 0.0
     largest, epoch = None, 1
     with backend_calls() as counts:
         while seen < tokens:
-            for sample in _batches(task, "train", batch_size, epoch, shuffle=True):
-                # The batch's counts from its host copy, before it moves: no step reads back.
+            for sample in epochs(epoch):
                 src, real = sample["net_input"]["src_tokens"], int(sample["ntokens"])
-                padded, positions = padded + int(src.eq(pad).sum()), positions + src.numel()
-                rows, mixed = rows + src.shape[0], mixed + _rows_mixing_documents(src, task)
+                padded, positions, rows = padded + int(src.eq(pad).sum()), positions + src.numel(), rows + src.shape[0]
+                if count is not None:
+                    count(src)
                 sample = _to(sample, device)
                 if largest is None or src.numel() > largest["net_input"]["src_tokens"].numel():
                     largest = sample
@@ -218,7 +319,7 @@ def train_measurement(
                 devices.synchronize(device)
                 if steps:  # the first step warms the allocator and the caches
                     seconds += time.perf_counter() - start
-                    timed_tokens += real
+                    timed_tokens, timed_documents = timed_tokens + real, timed_documents + int(sample["nsentences"])
                 steps, seen = steps + 1, seen + real
                 if seen >= tokens:
                     break
@@ -226,14 +327,58 @@ def train_measurement(
     peak = peak_memory_bytes(lambda: step(largest), device)
     return {
         "tokens_per_s": timed_tokens / seconds if seconds else None,
+        "documents_per_s": timed_documents / seconds if seconds else None,
         "padded_share": padded / positions,
-        "mixed_rows": mixed / rows,
         "peak_mib": peak / 2**20,
-        "valid_bits": _valid_bits(model, criterion, data, seq_len, batch_size, device),
         "steps": steps,
         "real_tokens": seen,
+        "rows": rows,
         "backends": dict(counts),
     }
+
+
+def finetune_measurement(
+    mode: str, data: str, seq_len: int, window: int, batch_size: int, tokens: int, layers: int, width: int,
+    device: str, precision: str = "fp32", dropout: float = 0.0, attention_dropout: float = 0.0,
+    checkpoint_activations: bool = False, compile_layers: bool = False,
+) -> dict:  # fmt: skip
+    """Fine-tune a classifier one way (``mode``, :data:`FINETUNE_MODES`) on ``data``
+    (:func:`write_classification`) until ``tokens`` real tokens, as ``train_measurement``
+    trains MLM: :func:`_timed_training`'s figures."""
+    from fairseq.criterions.sentence_prediction import SentencePredictionConfig, SentencePredictionCriterion
+    from fairseq.data import SortDataset
+
+    from ..models.longformer_roberta import LongformerRobertaModel
+    from ..tasks.sentence_prediction import LongformerSentencePredictionConfig, LongformerSentencePredictionTask
+
+    torch.manual_seed(1)
+    cfg = LongformerSentencePredictionConfig(
+        data=data, num_classes=2, init_token=0, separator_token=2, shorten_method="truncate", max_positions=seq_len,
+        pack=mode == "packed", regression_target=False, seed=1,
+    )  # fmt: skip
+    task = LongformerSentencePredictionTask.setup_task(cfg)
+    task.load_dataset("train")
+    if mode == "bucketed":  # fairseq's shuffled rows, then sorted by length: batches of like rows
+        shuffled = task.datasets["train"]
+        lengths = shuffled.dataset.sizes[0]
+        task.datasets["train"] = SortDataset(shuffled.dataset, sort_order=[shuffled.sort_order[0], lengths])
+    args = _model_args(seq_len, window, layers, width, dropout, attention_dropout, checkpoint_activations,
+                       compile_layers, global_attention_tokens="<s>", max_global_tokens=1)  # fmt: skip
+    model = LongformerRobertaModel.build_model(args, task)
+    model.register_classification_head("sentence_classification_head", num_classes=2)
+    model = model.to(device).train()
+    criterion = SentencePredictionCriterion(SentencePredictionConfig(), task)
+
+    def epochs(epoch: int):
+        iterator = task.get_batch_iterator(
+            task.dataset("train"), max_sentences=batch_size, max_positions=seq_len, seed=1, epoch=epoch,
+            required_batch_size_multiple=1,
+        )  # fmt: skip
+        return iterator.next_epoch_itr(shuffle=True)
+
+    result = _timed_training(model, criterion, epochs, tokens, device, precision, task.source_dictionary.pad())
+    result.pop("rows")
+    return result
 
 
 def _rows_mixing_documents(src: torch.Tensor, task) -> int:
@@ -283,52 +428,108 @@ def ratios(results: dict) -> dict:
     }
 
 
-def main(args: argparse.Namespace) -> int:
-    training = training_of(args, RECIPE)
-    if args.median < 2 or args.documents < 1 or args.valid_documents < 1 or args.tokens < 1:
-        print("error: --median must be at least 2, --documents, --valid-documents and --tokens at least 1")
-        return 2
+def finetune_ratios(results: dict) -> dict:
+    """Packed rows and bucketed batches against fairseq's shuffled ones, and packed against
+    bucketed: real tokens/s and peak memory (empty when a way failed)."""
+    if any("error" in row for row in results.values()):
+        return {}
+    packed, bucketed, fairseq = (results[mode] for mode in FINETUNE_MODES)
+
+    def ratio(key: str, one: dict, other: dict) -> float | None:
+        return one[key] / other[key] if one[key] is not None and other[key] else None
+
+    return {
+        "bucketed_speed_vs_fairseq": ratio("tokens_per_s", bucketed, fairseq),
+        "packed_speed_vs_fairseq": ratio("tokens_per_s", packed, fairseq),
+        "packed_speed_vs_bucketed": ratio("tokens_per_s", packed, bucketed),
+        "packed_memory_vs_fairseq": ratio("peak_mib", packed, fairseq),
+    }
+
+
+def _measure(target: str, modes: tuple[str, ...], desc: str, args, training, data: str, tokens: int) -> dict:
+    """Each way of ``modes`` measured by ``target`` in its own process: ``{mode: figures}``."""
     results = {}
-    with tempfile.TemporaryDirectory(prefix="bench-pack-") as data:
-        train = corpus(Path(data), args.documents, args.valid_documents, args.median, args.sigma, args.seq_len)
-        for mode in tqdm(MODES, desc="bench pack", unit="way"):
-            results[mode] = run_isolated(
-                "longformer_fs.benchmarks.pack:train_measurement", args.threads, mode=mode, data=data,
-                seq_len=args.seq_len, window=args.window, batch_size=args.batch_size, tokens=args.tokens,
-                layers=args.layers, width=args.width, device=args.device, precision=training.precision,
-                dropout=training.dropout, attention_dropout=training.attention_dropout,
-                checkpoint_activations=training.checkpoint_activations, compile_layers=training.compile_layers,
-            )  # fmt: skip
-    print(
-        f"continued MLM, {args.layers} layers x {args.width}, window {args.window} per side, {args.batch_size} rows of "
-        f"{args.seq_len} tokens a step, as the MLM recipe batches; {args.documents} documents, lengths lognormal "
-        f"(median {int(np.median(train))}, mean {train.mean():.0f}, {(train == args.seq_len).mean():.1%} clipped at "
-        f"{args.seq_len}); {args.tokens} real tokens each; {args.device}, {args.threads} thread(s); "
-        f"{training.describe()}"
-    )
-    print(
-        f"{'rows':<14} {'real tok/s':>10} {'padded':>7} {'leaky rows':>10} {'peak MiB':>9} {'valid bits':>10}  backends"
-    )
+    for mode in tqdm(modes, desc=desc, unit="way"):
+        results[mode] = run_isolated(
+            target, args.threads, mode=mode, data=data, seq_len=args.seq_len, window=args.window,
+            batch_size=args.batch_size, tokens=tokens, layers=args.layers, width=args.width, device=args.device,
+            precision=training.precision, dropout=training.dropout, attention_dropout=training.attention_dropout,
+            checkpoint_activations=training.checkpoint_activations, compile_layers=training.compile_layers,
+        )  # fmt: skip
+    return results
+
+
+def _table(results: dict, columns: tuple, extra: str = "") -> None:
+    """One row a way: ``columns`` are ``(heading, key, format)``; errors in one line."""
+    print(f"{'rows':<14} " + " ".join(f"{heading:>{len(heading)}}" for heading, _, _ in columns) + "  backends")
     for mode, row in results.items():
         if "error" in row:
             print(f"{mode:<14} {row['error'][:100]}")
             continue
         backends = ", ".join(f"{name} x {calls}" for name, calls in row["backends"].items())
-        print(
-            f"{mode:<14} {row['tokens_per_s']:>10.0f} {row['padded_share']:>7.1%} {row['mixed_rows']:>10.1%} "
-            f"{row['peak_mib']:>9.0f} {row['valid_bits']:>10.3f}  {backends}"
+        cells = " ".join(
+            format(row[key], f">{len(heading)}{spec}") if row[key] is not None else f"{'-':>{len(heading)}}"
+            for heading, key, spec in columns
         )
-    summary = {
-        "rows": results,
-        "settings": {k: str(v) for k, v in vars(args).items() if k != "func"},
-        "training": training.figures(),
-        **ratios(results),
-    }
-    if summary.get("speed_vs_complete") and summary.get("memory_vs_complete"):
-        print(
-            f"packed: {summary['speed_vs_complete_doc']:.2f}x complete_doc's real tokens/s (target >= 1.4), "
-            f"{summary['speed_vs_complete']:.2f}x complete's (target >= 0.95), "
-            f"{summary['memory_vs_complete']:.2f}x its peak memory"
-        )
+        print(f"{mode:<14} {cells}  {backends}")
+
+
+def main(args: argparse.Namespace) -> int:
+    parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown or not parts:
+        print(f"error: --parts {args.parts!r}: give one or more of {', '.join(PARTS)}")
+        return 2
+    if args.median < 2 or args.documents < 1 or args.valid_documents < 1 or args.tokens < 1 or args.finetune_tokens < 1:
+        print("error: --median must be at least 2, --documents, --valid-documents, --tokens and --finetune-tokens "
+              "at least 1")  # fmt: skip
+        return 2
+    summary: dict = {"settings": {k: str(v) for k, v in vars(args).items() if k != "func"}}
+    with tempfile.TemporaryDirectory(prefix="bench-pack-") as data:
+        if "mlm" in parts:
+            training = training_of(args, RECIPE)
+            train = corpus(Path(data) / "mlm", args.documents, args.valid_documents, args.median, args.sigma,
+                           args.seq_len)  # fmt: skip
+            results = _measure("longformer_fs.benchmarks.pack:train_measurement", MODES, "bench pack (mlm)", args,
+                               training, str(Path(data) / "mlm"), args.tokens)  # fmt: skip
+            print(
+                f"continued MLM, {args.layers} layers x {args.width}, window {args.window} per side, {args.batch_size} "
+                f"rows of {args.seq_len} tokens a step, as the MLM recipe batches; {args.documents} documents, lengths "
+                f"lognormal (median {int(np.median(train))}, mean {train.mean():.0f}, "
+                f"{(train == args.seq_len).mean():.1%} clipped at {args.seq_len}); {args.tokens} real tokens each; "
+                f"{args.device}, {args.threads} thread(s); {training.describe()}"
+            )
+            _table(results, (("real tok/s", "tokens_per_s", ".0f"), ("padded", "padded_share", ".1%"),
+                             ("leaky rows", "mixed_rows", ".1%"), ("peak MiB", "peak_mib", ".0f"),
+                             ("valid bits", "valid_bits", ".3f")))  # fmt: skip
+            summary.update(rows=results, training=training.figures(), **ratios(results))
+            if summary.get("speed_vs_complete") and summary.get("memory_vs_complete"):
+                print(
+                    f"packed: {summary['speed_vs_complete_doc']:.2f}x complete_doc's real tokens/s (target >= 1.4), "
+                    f"{summary['speed_vs_complete']:.2f}x complete's (target >= 0.95), "
+                    f"{summary['memory_vs_complete']:.2f}x its peak memory"
+                )
+        if "finetune" in parts:
+            training = training_of(args, FINETUNE_RECIPE)
+            folder = Path(data) / "finetune"
+            lengths = document_lengths(args.documents, args.median, args.sigma, args.seq_len - 1, seed=2)
+            write_classification(folder, {"train": lengths})
+            results = _measure("longformer_fs.benchmarks.pack:finetune_measurement", FINETUNE_MODES,
+                               "bench pack (finetune)", args, training, str(folder), args.finetune_tokens)  # fmt: skip
+            print(
+                f"\nclassification fine-tuning, the same model with <s> global, {args.batch_size} rows a step (rows of "
+                f"up to {args.seq_len} tokens), as the classification recipes batch; {args.documents} documents drawn "
+                f"alike; {args.finetune_tokens} real tokens each; {training.describe()}"
+            )
+            _table(results, (("real tok/s", "tokens_per_s", ".0f"), ("docs/s", "documents_per_s", ".1f"),
+                             ("padded", "padded_share", ".1%"), ("peak MiB", "peak_mib", ".0f")))  # fmt: skip
+            found = finetune_ratios(results)
+            summary.update(finetune_rows=results, finetune_training=training.figures(), finetune=found)
+            if found.get("packed_speed_vs_fairseq") and found.get("bucketed_speed_vs_fairseq"):
+                print(
+                    f"bucketing alone: {found['bucketed_speed_vs_fairseq']:.2f}x fairseq's real tokens/s; packing: "
+                    f"{found['packed_speed_vs_fairseq']:.2f}x fairseq's, {found['packed_speed_vs_bucketed']:.2f}x "
+                    "bucketed's"
+                )
     write_results(args.out, summary)
     return 0

@@ -63,8 +63,9 @@ PARTS = [
          "with causal SDPA) at 16K characters, as the char-LM recipe trains; a profile of each step",
          cap_s=240, toy_cap_s=60, least_s=20, run=parts.lm),
     Part("pack", "end to end", "`bench pack`: continued MLM on long-tailed documents, packed rows against "
-         "complete_doc and complete, as the MLM recipe trains", cap_s=150, toy_cap_s=90, least_s=30, run=parts.pack,
-         not_rehearsed="its three trainings outrun the rehearsal's cap on meta (the packed layer's GPU step is "
+         "complete_doc and complete, as the MLM recipe trains; classification fine-tuning, packed rows against "
+         "fairseq's batches and bucketed ones", cap_s=150, toy_cap_s=90, least_s=30, run=parts.pack,
+         not_rehearsed="its six trainings outrun the rehearsal's cap on meta (the packed layer's GPU step is "
          "rehearsed by tests/attention/test_packed.py)"),
     Part("text8", "recipes", "`make text8-phase1` at toy size, then the character LM's hub on the device",
          cap_s=90, toy_cap_s=90, least_s=30, run=recipe_runs.text8, not_rehearsed=RECIPE_PROCESSES),

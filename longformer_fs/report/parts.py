@@ -434,23 +434,42 @@ def led(ctx: Context) -> dict:
 
 def pack(ctx: Context) -> dict:
     """``bench pack``: continued MLM on long-tailed documents, packed rows against
-    ``complete_doc`` and ``complete``, trained as the MLM recipe trains, side by side."""
+    ``complete_doc`` and ``complete``, trained as the MLM recipe trains, then classification
+    fine-tuning, packed rows against fairseq's shuffled batches and bucketed ones, as the
+    classification recipes train; side by side."""
     seq_len, window, batch, documents, median, tokens, layers, width = _pick(
         ctx, (4096, 256, 8, 400, 600, 262144, 12, 768), (256, 16, 4, 40, 60, 2048, 1, 64)
     )
-    training = _training(ctx, bench_pack.RECIPE)
-    data = ctx.work / "pack"
-    bench_pack.corpus(data, documents, max(4, documents // 10), median, 1.0, seq_len)
-    rows = []
-    for mode in bench_pack.MODES:
-        result = bench_pack.train_measurement(
-            mode, str(data), seq_len, window, batch, tokens, layers, width, ctx.device, training.precision,
-            training.dropout, training.attention_dropout, training.checkpoint_activations, training.compile_layers,
-        )  # fmt: skip
-        rows.append({"rows": mode, **result})
-        _release(ctx.device)
-        ctx.record(rows=rows, seq_len=seq_len, window=window, batch_size=batch, median=median, tokens=tokens)
-    return bench_pack.ratios({row["rows"]: row for row in rows})
+    settings = {"seq_len": seq_len, "window": window, "batch_size": batch, "median": median, "tokens": tokens}
+
+    def mlm_corpus() -> Path:
+        bench_pack.corpus(ctx.work / "pack", documents, max(4, documents // 10), median, 1.0, seq_len)
+        return ctx.work / "pack"
+
+    def classification_corpus() -> Path:
+        lengths = bench_pack.document_lengths(documents, median, 1.0, seq_len - 1, seed=2)
+        bench_pack.write_classification(ctx.work / "pack_finetune", {"train": lengths})
+        return ctx.work / "pack_finetune"
+
+    found, rows, tuned = {}, [], []
+    for measure, recipe, modes, table, corpus in (
+        (bench_pack.train_measurement, bench_pack.RECIPE, bench_pack.MODES, rows, mlm_corpus),
+        (bench_pack.finetune_measurement, bench_pack.FINETUNE_RECIPE, bench_pack.FINETUNE_MODES, tuned,
+         classification_corpus),
+    ):  # fmt: skip
+        training, data = _training(ctx, recipe), corpus()
+        for mode in modes:
+            result = measure(
+                mode, str(data), seq_len, window, batch, tokens, layers, width, ctx.device, training.precision,
+                training.dropout, training.attention_dropout, training.checkpoint_activations,
+                training.compile_layers,
+            )  # fmt: skip
+            table.append({"rows": mode, **result})
+            _release(ctx.device)
+            ctx.record(rows=rows, finetune_rows=tuned, **settings)
+    found.update(bench_pack.ratios({row["rows"]: row for row in rows}))
+    found.update(bench_pack.finetune_ratios({row["rows"]: row for row in tuned}))
+    return found
 
 
 def sample(ctx: Context) -> dict:

@@ -18,7 +18,10 @@ from longformer_fs.attention.spec import BandSpec
 # (lengths of the documents of each row); the last row ends in padding.
 ROWS = ((9, 14, 6), (4, 21, 3))
 SEQ = 29
-PACKED_BACKENDS = ("reference", "chunks", "flash")  # the others refuse packed rows (test below)
+PACKED_BACKENDS = ("reference", "chunks", "flash", "flex")  # the others refuse packed rows (test below)
+# FlexAttention has no backward on CPU (a torch limit): there its packed rows are held to each
+# document alone in the forward only; its gradients are checked on a GPU (`check`).
+FORWARD_ONLY = frozenset({"flex"})
 
 
 def packing(rows=ROWS, seq_len=SEQ):
@@ -44,8 +47,12 @@ def spans(rows=ROWS):
             start += length
 
 
-def grads(fn, weight, *inputs):
-    """``fn(*inputs)`` and the gradients of ``(out * weight).sum()`` for its inputs."""
+def grads(fn, weight, *inputs, backward: bool = True):
+    """``fn(*inputs)`` and the gradients of ``(out * weight).sum()`` for its inputs (each None
+    without ``backward``)."""
+    if not backward:
+        with torch.no_grad():
+            return fn(*inputs), [None] * len(inputs)
     inputs = [x.detach().clone().requires_grad_() for x in inputs]
     out = fn(*inputs)
     (out * weight).sum().backward()
@@ -64,14 +71,16 @@ def test_a_packed_row_equals_each_document_run_alone(backend, dilation, causal):
         return out.masked_fill(pad[:, :, None, None], 0.0)
 
     weight = torch.randn(q.shape, dtype=torch.float64)
-    out, (dq, dk, dv) = grads(packed, weight, q, k, v)
+    backward = backend not in FORWARD_ONLY
+    out, (dq, dk, dv) = grads(packed, weight, q, k, v, backward=backward)
     for b, start, end in spans():
         *alone, alone_weight = (x[b : b + 1, start:end] for x in (q, k, v, weight))
         want, want_grads = grads(
-            lambda q, k, v: banded_attention(q, k, v, 4, dilation, causal, backend=backend), alone_weight, *alone
-        )
+            lambda q, k, v: banded_attention(q, k, v, 4, dilation, causal, backend=backend), alone_weight, *alone,
+            backward=backward,
+        )  # fmt: skip
         torch.testing.assert_close(out[b : b + 1, start:end], want, atol=1e-12, rtol=0)
-        for got, expected in zip((dq, dk, dv), want_grads, strict=True):
+        for got, expected in zip((dq, dk, dv), want_grads, strict=True) if backward else ():
             torch.testing.assert_close(got[b : b + 1, start:end], expected, atol=1e-12, rtol=0)
     # The oracle takes the same boundaries.
     dilations = (dilation,) * 3 if isinstance(dilation, int) else dilation
@@ -124,14 +133,17 @@ def test_each_documents_global_tokens_are_global_in_that_document_only(backend, 
         return layer(x, pad, glob, documents=documents).masked_fill(pad.T[:, :, None], 0.0)
 
     weight = torch.randn(x.shape, dtype=torch.float64)
-    out, (dx,) = grads(packed, weight, x)
+    backward = backend not in FORWARD_ONLY
+    out, (dx,) = grads(packed, weight, x, backward=backward)
     for b, start, end in spans():
         alone = x[start:end, b : b + 1]
         want, (want_dx,) = grads(
-            lambda x: layer(x, None, glob[b : b + 1, start:end]), weight[start:end, b : b + 1], alone
-        )
+            lambda x: layer(x, None, glob[b : b + 1, start:end]), weight[start:end, b : b + 1], alone,
+            backward=backward,
+        )  # fmt: skip
         torch.testing.assert_close(out[start:end, b : b + 1], want, atol=1e-12, rtol=0)
-        torch.testing.assert_close(dx[start:end, b : b + 1], want_dx, atol=1e-12, rtol=0)
+        if backward:
+            torch.testing.assert_close(dx[start:end, b : b + 1], want_dx, atol=1e-12, rtol=0)
     with torch.no_grad():
         want = oracle_layer(layer, x, pad, glob, documents)
     torch.testing.assert_close(out, want.masked_fill(pad.T[:, :, None], 0.0), atol=1e-12, rtol=0)
@@ -217,8 +229,8 @@ def test_flash_lays_out_a_bounded_rows_segments_alike_and_a_row_over_the_bound_f
 
 
 def test_a_packed_layer_runs_forward_and_backward_in_the_gpu_rehearsal():
-    """On the rehearsed GPU, auto takes flash for packed rows (flex and the CUDA kernels
-    refuse them), and the layer's step runs with its globals and the batch's bound."""
+    """On the rehearsed GPU, auto takes flash for packed rows (the CUDA kernels refuse them,
+    and auto prefers flash to flex), and the layer's step runs with its globals and the batch's bound."""
     from longformer_fs import devices
 
     with devices.rehearsal():
@@ -232,3 +244,18 @@ def test_a_packed_layer_runs_forward_and_backward_in_the_gpu_rehearsal():
         spec = layer.band_spec(SEQ, packed=True, max_documents=8)
         backend, reason = choose_backend(spec, "meta", torch.bfloat16, 8)
         assert backend.name == "flash", reason
+
+
+def test_flex_computes_a_packed_layer_forward_and_backward_in_the_gpu_rehearsal():
+    """flex's GPU path for packed rows (compiled, its backward included) runs on the
+    rehearsed GPU, as a layer named to it would train."""
+    from longformer_fs import devices
+
+    with devices.rehearsal():
+        layer = LongformerSelfAttention(64, 4, 3, (1, 2, 1, 3), backend="flex").to("meta", torch.bfloat16)
+        documents, pad = (t.to("meta") for t in packing())
+        x = torch.zeros(SEQ, len(ROWS), 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
+        with calls.backend_calls() as counts:
+            out = layer(x, pad, _glob().to("meta"), max_global=3, documents=documents, max_documents=8)
+            out.float().sum().backward()
+        assert x.grad.shape == x.shape and set(counts) == {"flex (plain)"}

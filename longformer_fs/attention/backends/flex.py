@@ -30,6 +30,9 @@ FlexAttention is a PyTorch-maintained kernel generator: a ``mask_mod`` says whic
   every tensor the mask reads is 32-bit, because on a GPU a load of bytes there costs
   the whole forward 10x (6.7 ms against 0.66 at 64K tokens on an H200; bool and uint8
   alike);
+- in rows that pack several documents, the mask also compares the query's and the key's
+  document ids (int32, per slot like the key padding), and, as with padding, no tile is
+  full: a boundary may cross any tile. Such calls are a kind of their own ("packed");
 - the relative-position term becomes a ``score_mod`` that adds a ``(B, H, T, W)`` bias
   gathered by band column: memory O(T * W), like ``chunks`` (never T x T);
 - FlexAttention returns the row log-sum-exp that the layer merges with global keys.
@@ -102,7 +105,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
-READS = frozenset({"dropout_p", "packed"})  # the BandSpec fields that limits() reads
+READS = frozenset({"dropout_p"})  # the BandSpec fields that limits() reads
 
 
 def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: torch.dtype | None = None) -> list[str]:
@@ -111,8 +114,6 @@ def limits(spec: BandSpec | None, device: torch.device, head_dim: int, dtype: to
     reasons = []
     if spec is not None and spec.dropout_p:
         reasons.append("it has no attention dropout")
-    if spec is not None and spec.packed:
-        reasons.append("it has no document boundaries inside a row")
     if devices.on_gpu(device) and head_dim < MIN_GPU_HEAD_DIM:
         reasons.append(
             f"FlexAttention's GPU kernels need a head dimension of {MIN_GPU_HEAD_DIM} or more (this call: {head_dim})"
@@ -315,12 +316,12 @@ def work(seq_len: int, spec: BandSpec) -> int:
 # ------------------------------------------------------------------ the compiled function
 
 
-def _block_mask(key_ok, reach, tiles, classes, seq_len, length) -> BlockMask:
+def _block_mask(key_ok, reach, tiles, classes, seq_len, length, doc_ids=None) -> BlockMask:
     """The band's ``BlockMask`` over ``length`` slots, from the cached ``tiles``
     (:func:`tile_lists`): no sort, no tensor work.
 
     Args:
-        key_ok, reach, tiles, classes: as :func:`call_inputs` returns them.
+        key_ok, reach, tiles, classes, doc_ids: as :func:`call_inputs` returns them.
         seq_len, length: ``T`` and :func:`kernel_length` (ints, or SymInts when compiled).
 
     Every tensor the mask reads is an input of the compiled function (or a view of one),
@@ -328,6 +329,7 @@ def _block_mask(key_ok, reach, tiles, classes, seq_len, length) -> BlockMask:
     """
     before, after = reach[0], reach[1]
     per_head = key_ok is not None and key_ok.dim() == 3
+    docs_per_head = doc_ids is not None and doc_ids.dim() == 3
 
     def mask_mod(b, h, q_idx, kv_idx):
         offset = kv_idx - q_idx
@@ -338,6 +340,11 @@ def _block_mask(key_ok, reach, tiles, classes, seq_len, length) -> BlockMask:
             ok = ok & ((key_ok[b, h, kv_idx] if per_head else key_ok[b, kv_idx]) != 0)
         elif classes is None:  # the slots past T by a compare: no load
             ok = ok & (kv_idx < seq_len)
+        if doc_ids is not None:  # packed rows: the key's document is the query's
+            if docs_per_head:
+                ok = ok & (doc_ids[b, h, q_idx] == doc_ids[b, h, kv_idx])
+            else:
+                ok = ok & (doc_ids[b, q_idx] == doc_ids[b, kv_idx])
         return ok
 
     # FlexAttention's own constructor: from_kv_blocks would sort to transpose the lists.
@@ -381,8 +388,9 @@ def geometry(seq_len: int, spec: BandSpec, padded: bool, device: str, static: bo
 
 def prepare(seq_len: int, spec: BandSpec, padded: bool, device: torch.device) -> Geometry:
     """The backend's ``prepare``: what a call of this kind will read, built now (outside a
-    compiled region) and handed to it as ``prepared``."""
-    return geometry(seq_len, spec, padded, str(device), _length_mode == "buckets")
+    compiled region) and handed to it as ``prepared``. Packed rows mask inside any tile, as
+    padding does."""
+    return geometry(seq_len, spec, padded or spec.packed, str(device), _length_mode == "buckets")
 
 
 def call_inputs(
@@ -408,13 +416,23 @@ def call_inputs(
     """
     seq_len = q.shape[2]
     length = kernel_length(seq_len, static)
-    found = prepared or geometry(seq_len, spec, key_mask is not None, str(q.device), static)
+    found = prepared or geometry(seq_len, spec, key_mask is not None or spec.packed, str(q.device), static)
     key_ok = None
     if key_mask is not None:
         key_ok = F.pad(~key_mask, (0, length - seq_len)).to(torch.int32)
         if found.positions is not None:  # the mask then reads each key slot's entry, not through the order
             key_ok = key_ok[:, found.positions]
     return key_ok, found.reach, found.tiles, found.order, found.classes
+
+
+def document_slots(documents: torch.Tensor, seq_len: int, spec: BandSpec, static: bool = False) -> torch.Tensor:
+    """The document ids ``(B, T)`` of packed rows as ``mask_mod`` reads them: int32, padded to
+    :func:`kernel_length` with -1, ``(B, length)`` by position or ``(B, H, length)`` in each
+    head's slot order when a head is dilated (as ``key_ok``)."""
+    length = kernel_length(seq_len, static)
+    ids = F.pad(documents.to(torch.int32), (0, length - seq_len), value=-1)
+    positions = slot_positions(seq_len, spec.dilations, str(documents.device), length)
+    return ids if positions is None else ids[:, positions]
 
 
 def band_block_mask(q: torch.Tensor, key_mask: torch.Tensor | None, spec: BandSpec, static: bool = False) -> BlockMask:
@@ -460,7 +478,7 @@ def reorder(x, order, back: bool = False):
     return _Reorder.apply(x, there, inverse)
 
 
-def _attend(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, scale, static, lse=True):
+def _attend(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, scale, static, lse=True, doc_ids=None):
     """Band attention from tensors only: ``(out (B, H, T, D), lse (B, H, T))``, or ``(out,)``
     without ``lse`` (all compiled CPU FlexAttention can return).
 
@@ -492,7 +510,7 @@ def _attend(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, sca
             column = torch.clamp(kv_idx - q_idx + before[h], 0, width - 1)
             return score + bias[b, h, q_idx, column]
 
-    block_mask = _block_mask(key_ok, reach, tiles, classes, seq_len, length)
+    block_mask = _block_mask(key_ok, reach, tiles, classes, seq_len, length, doc_ids)
     if lse:
         out, aux = flex_attention(
             q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=AuxRequest(lse=True)
@@ -506,9 +524,9 @@ def _attend(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, sca
     return result
 
 
-def _band_call(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, scale, static):
+def _band_call(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, scale, static, doc_ids=None):
     """:func:`_attend` with the log-sum-exp: what every kind of call compiles (:func:`kind_function`)."""
-    return _attend(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, scale, static)
+    return _attend(q, k, v, key_ok, reach, tiles, order, classes, pos_query, table, scale, static, doc_ids=doc_ids)
 
 
 @lru_cache(maxsize=None)
@@ -597,6 +615,7 @@ def flex_band_attention(
         ("relative" if position is not None else "plain")
         + (" dilated" if max(spec.dilations) > 1 else "")
         + (" padded" if key_mask is not None else "")
+        + (" packed" if documents is not None else "")
         + (" buckets" if static else "")
     )
     inputs = (q, k, v) if position is None else (q, k, v, position.query, position.table)
@@ -610,6 +629,7 @@ def flex_band_attention(
         *((None, None) if position is None else (position.query, position.table)),
         spec.scale,
         static,
+        None if documents is None else document_slots(documents, q.shape[2], spec, static),
     )
     if torch.compiler.is_compiling():
         # Inside the caller's own compiled graph: traced there, whole. (The function of each
