@@ -50,15 +50,17 @@ def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
     assert "time_split kernel T=1024:" in (out / "report.md").read_text()
     assert parts["lm"]["speedup"] > 0 and parts["led"]["led"]["peak_gib"] > 0
     assert parts["encoder_128k"]["fits"] and parts["led_train_64k"]["fits"]
-    # Packing, for MLM and for fine-tuning: each way trained, packed rows the least padded.
+    # Packing, for MLM and for fine-tuning: each way trained, packed rows padded the least (at
+    # toy size bucketed rows may tie them), far less than fairseq's shuffled fine-tuning batches.
     pack = parts["pack"]
-    for table, modes in (
-        ("rows", ("packed", "complete_doc", "complete")),
-        ("finetune_rows", ("packed", "bucketed", "fairseq")),
-    ):
+    tables = {"rows": ("packed", "complete_doc", "complete"), "finetune_rows": ("packed", "bucketed", "fairseq")}
+    padded = {}
+    for table, modes in tables.items():
         assert [row["rows"] for row in pack[table]] == list(modes)
-        padded = {row["rows"]: row["padded_share"] for row in pack[table]}
-        assert padded["packed"] < min(share for mode, share in padded.items() if mode != "complete")
+        padded[table] = {row["rows"]: row["padded_share"] for row in pack[table]}
+    assert padded["rows"]["packed"] <= padded["rows"]["complete_doc"]
+    assert padded["finetune_rows"]["packed"] <= padded["finetune_rows"]["bucketed"]
+    assert padded["finetune_rows"]["packed"] < padded["finetune_rows"]["fairseq"] / 2
     assert pack["packed_speed_vs_fairseq"] > 0 and pack["speed_vs_complete_doc"] > 0
 
     # The end-to-end parts trained as their recipes do (float32 here) and kept a profile of one

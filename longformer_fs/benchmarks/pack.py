@@ -261,9 +261,10 @@ def train_measurement(
         model, criterion, lambda epoch: _batches(task, "train", batch_size, epoch, shuffle=True), tokens, device,
         precision, task.source_dictionary.pad(), count,
     )  # fmt: skip
+    rows = result.pop("rows")
     return {
         **result,
-        "mixed_rows": mixed[0] / result.pop("rows"),
+        "mixed_rows": mixed[0] / rows,
         "valid_bits": _valid_bits(model, criterion, data, seq_len, batch_size, device),
     }
 
