@@ -241,7 +241,9 @@ class Checkpoint:
         overrides: dict | None = None,
         dictionary: Path | None = None,
     ):
-        """Its model (in eval mode, on ``device``) and its task.
+        """Its model (in eval mode, on ``device``) and its task. The task reads its splits
+        item by item, as evaluation and generation predict: one trained on packed rows
+        (``pack``) reads them unpacked unless ``overrides`` say otherwise.
 
         Args:
             data: a data directory for the task (its dictionaries, its splits); by default
@@ -253,7 +255,7 @@ class Checkpoint:
         from fairseq.dataclass.utils import overwrite_args_by_name
 
         with self.task_data(data, dictionary) as (directory, task_overrides):
-            arg_overrides = {**task_overrides, **(overrides or {}), "data": str(directory)}
+            arg_overrides = {"pack": False, **task_overrides, **(overrides or {}), "data": str(directory)}
             # fairseq applies arg_overrides only to a checkpoint it reads itself, and the task
             # would look for its dictionaries where the model was trained (or imported).
             overwrite_args_by_name(self.state["cfg"], arg_overrides)
@@ -265,6 +267,5 @@ class Checkpoint:
 
 def load_model(checkpoint: Path, data: Path | None = None, device: str | torch.device = "cpu"):
     """The model (eval mode, on ``device``) and task of the checkpoint at ``checkpoint``
-    (:meth:`Checkpoint.load`), its task reading ``data`` item by item, as evaluation
-    predicts: a task trained on packed rows (``pack``) reads its splits unpacked."""
-    return Checkpoint.read(checkpoint).load(device, data, overrides={"pack": False})
+    (:meth:`Checkpoint.load`), its task reading ``data``."""
+    return Checkpoint.read(checkpoint).load(device, data)

@@ -228,34 +228,21 @@ def test_flash_lays_out_a_bounded_rows_segments_alike_and_a_row_over_the_bound_f
         band_attention_with_lse(q, k, v, pad, too_few, "flash", documents=documents)
 
 
-def test_a_packed_layer_runs_forward_and_backward_in_the_gpu_rehearsal():
+@pytest.mark.parametrize(("backend", "runs_on"), [("auto", "flash"), ("flex", "flex")])
+def test_a_packed_layer_runs_forward_and_backward_in_the_gpu_rehearsal(backend, runs_on):
     """On the rehearsed GPU, auto takes flash for packed rows (the CUDA kernels refuse them,
-    and auto prefers flash to flex), and the layer's step runs with its globals and the batch's bound."""
+    and auto prefers flash to flex), flex's compiled path runs when named, and the layer's
+    step runs with its globals and the batch's bound."""
     from longformer_fs import devices
 
     with devices.rehearsal():
-        layer = LongformerSelfAttention(32, 4, 3, (1, 2, 1, 3), backend="auto").to("meta", torch.bfloat16)
-        documents, pad = (t.to("meta") for t in packing())
-        x = torch.zeros(SEQ, len(ROWS), 32, device="meta", dtype=torch.bfloat16, requires_grad=True)
-        with calls.backend_calls() as counts:
-            out = layer(x, pad, _glob().to("meta"), max_global=3, documents=documents, max_documents=8)
-            out.float().sum().backward()
-        assert x.grad.shape == x.shape and set(counts) == {"flash (plain)"}
-        spec = layer.band_spec(SEQ, packed=True, max_documents=8)
-        backend, reason = choose_backend(spec, "meta", torch.bfloat16, 8)
-        assert backend.name == "flash", reason
-
-
-def test_flex_computes_a_packed_layer_forward_and_backward_in_the_gpu_rehearsal():
-    """flex's GPU path for packed rows (compiled, its backward included) runs on the
-    rehearsed GPU, as a layer named to it would train."""
-    from longformer_fs import devices
-
-    with devices.rehearsal():
-        layer = LongformerSelfAttention(64, 4, 3, (1, 2, 1, 3), backend="flex").to("meta", torch.bfloat16)
+        layer = LongformerSelfAttention(64, 4, 3, (1, 2, 1, 3), backend=backend).to("meta", torch.bfloat16)
         documents, pad = (t.to("meta") for t in packing())
         x = torch.zeros(SEQ, len(ROWS), 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
         with calls.backend_calls() as counts:
             out = layer(x, pad, _glob().to("meta"), max_global=3, documents=documents, max_documents=8)
             out.float().sum().backward()
-        assert x.grad.shape == x.shape and set(counts) == {"flex (plain)"}
+        assert x.grad.shape == x.shape and set(counts) == {f"{runs_on} (plain)"}
+        spec = layer.band_spec(SEQ, packed=True, max_documents=8)
+        chosen, reason = choose_backend(spec, "meta", torch.bfloat16, 16)
+        assert chosen.name == "flash", reason

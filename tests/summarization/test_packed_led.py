@@ -98,7 +98,9 @@ def test_fairseq_train_packs_pairs_and_decodes_each_as_alone(data, tmp_path):
 
     from longformer_fs.checkpoint import load_model
 
-    model, _ = load_model(tmp_path / "save" / "checkpoint_last.pt", data)
+    model, loaded = load_model(tmp_path / "save" / "checkpoint_last.pt", data)
+    loaded.load_dataset("valid")
+    assert loaded.dataset("valid").src is not None  # generation and summarize read pairs one by one
     _, packed = setup(data, pack=True)
     _, fairseqs = setup(data, pack=False)
     batch = packed.collater([packed[i] for i in range(len(packed))])
