@@ -63,6 +63,7 @@ from helpers import (  # noqa: E402
     TINY_ROBERTA,
     built_once,
     char_lm_logs,
+    fairseq,
     ok,
     pretrain_roberta,
     run,
@@ -327,13 +328,13 @@ def tiny_roberta(runs_corpus, tmp_path_factory):
     test_longformer_roberta's Table 6 fails."""
 
     def build(save):
-        run(BIN / "fairseq-train", runs_corpus, "--task", "masked_lm", "--criterion", "masked_lm", "--arch",
-            "roberta", *TINY_ROBERTA, "--max-positions", "128", "--tokens-per-sample", "128",
-            "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16",
-            "--max-update", "600", "--dropout", "0", "--attention-dropout", "0", "--save-dir", save,
-            "--no-epoch-checkpoints", "--disable-validation", "--seed", "1", *ON_CPU, "--log-format", "simple",
-            "--log-interval", "100")  # fmt: skip
+        fairseq("fairseq-train", runs_corpus, "--task", "masked_lm", "--criterion", "masked_lm", "--arch",
+                "roberta", *TINY_ROBERTA, "--max-positions", "128", "--tokens-per-sample", "128",
+                "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-3",
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "16",
+                "--max-update", "600", "--dropout", "0", "--attention-dropout", "0", "--save-dir", save,
+                "--no-epoch-checkpoints", "--disable-validation", "--seed", "1", *ON_CPU, "--log-format", "simple",
+                "--log-interval", "100")  # fmt: skip
         (save / "checkpoint_last.pt").rename(save / "model.pt")
         (save / "dict.txt").write_bytes((runs_corpus / "dict.txt").read_bytes())
 
@@ -393,10 +394,10 @@ def bart_base(gpt2, tmp_path_factory) -> Path:
         arxiv = write_arxiv_release(d)
         ok("prep", "summarization", "--format", "arxiv", "--train", arxiv / "train.txt", "--valid",
            arxiv / "val.txt", *bpe_args(gpt2), "--workers", "1", "--out", d / "data")  # fmt: skip
-        run(BIN / "fairseq-train", d / "data", *BART_TRAINING, "--arch", "bart_base", *TINY_BART,
-            "--max-source-positions", "1024", "--max-target-positions", "1024", "--lr", "1e-3", "--batch-size", "4",
-            "--max-update", "2",
-            "--save-dir", d / "save")  # fmt: skip
+        fairseq("fairseq-train", d / "data", *BART_TRAINING, "--arch", "bart_base", *TINY_BART,
+                "--max-source-positions", "1024", "--max-target-positions", "1024", "--lr", "1e-3", "--batch-size", "4",
+                "--max-update", "2",
+                "--save-dir", d / "save")  # fmt: skip
         (d / "release").mkdir()
         (d / "save" / "checkpoint_last.pt").rename(d / "release" / "model.pt")
         (d / "release" / "dict.txt").write_bytes((gpt2 / "dict.txt").read_bytes())

@@ -1,22 +1,29 @@
 """What the tests share besides fixtures (those are in conftest.py): paths, the tiny models'
-options, the tiny corpora's text, and running commands: the plugin's CLI in this process,
-fairseq's and make's as processes."""
+options, the tiny corpora's text, and running commands: the plugin's CLI and fairseq's
+training tools in this process (as fairseq's own tests run them), make's and the journeys'
+as processes."""
 
 import contextlib
+import importlib
 import io
 import json
+import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Iterator
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -100,6 +107,86 @@ def cli(*args):
         except SystemExit as exit_:  # argparse errors
             code = exit_.code
     return subprocess.CompletedProcess(["longformer-fs", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+# The fairseq tools the tests run in this process, by their entry points' modules.
+FAIRSEQ_TOOLS = {"fairseq-train": "fairseq_cli.train", "fairseq-hydra-train": "fairseq_cli.hydra_train"}
+
+
+def _reset_fairseq_state() -> None:
+    """fairseq's globals that one run leaves to the next in a process: the best validation
+    loss so far (``save_checkpoint.best``, which would decide a later run's
+    ``checkpoint_best.pt``), ``metrics``' aggregators (a failed run leaves them active), the
+    TensorBoard writers (kept by split name alone, so a later run would write into the
+    first run's ``--tensorboard-logdir``; closed at exit otherwise) and Hydra's global
+    instance (``fairseq-hydra-train`` initialises it once a process)."""
+    from fairseq import checkpoint_utils, metrics
+    from fairseq.logging import progress_bar
+    from hydra.core.global_hydra import GlobalHydra
+
+    if hasattr(checkpoint_utils.save_checkpoint, "best"):
+        del checkpoint_utils.save_checkpoint.best
+    metrics.reset()
+    for writer in progress_bar._tensorboard_writers.values():
+        writer.close()
+    progress_bar._tensorboard_writers.clear()
+    GlobalHydra.instance().clear()
+
+
+@contextlib.contextmanager
+def fairseq_process(argv: list) -> Iterator[io.StringIO]:
+    """A run of a fairseq entry point in this process, isolated as a process of its own is:
+    ``sys.argv`` is ``argv``; what it logs and prints is captured (yielded), in fairseq's
+    log format; fairseq's globals are reset before and after (:func:`_reset_fairseq_state`);
+    the RNGs it seeds (torch's, NumPy's, Python's), torch's thread count and the root logger
+    (fairseq's scripts and Hydra configure it) are restored after. What stays, as in
+    fairseq's own tests: its registries of models, tasks and criterions, and the plugin's
+    registrations, imported once."""
+    saved = (sys.argv, torch.get_rng_state(), np.random.get_state(), random.getstate(), torch.get_num_threads())
+    root = logging.getLogger()
+    logging_state = (root.level, list(root.handlers))
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    _reset_fairseq_state()
+    sys.argv = [str(a) for a in argv]
+    root.handlers, root.level = [handler], logging.INFO
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            yield log
+    finally:
+        sys.argv = saved[0]
+        torch.set_rng_state(saved[1])
+        np.random.set_state(saved[2])
+        random.setstate(saved[3])
+        torch.set_num_threads(saved[4])
+        root.level, root.handlers = logging_state
+        _reset_fairseq_state()
+
+
+def fairseq_result(tool: str, *args) -> subprocess.CompletedProcess:
+    """``TOOL ARGS`` (a :data:`FAIRSEQ_TOOLS` name) through the tool's own entry point, in this
+    process: its exit code (1 and the traceback in its output when it raises, as a process
+    would print it) and its output, as both ``stdout`` and ``stderr``."""
+    entry = importlib.import_module(FAIRSEQ_TOOLS[tool]).cli_main
+    code = 0
+    with fairseq_process([tool, *args]) as log:
+        try:
+            entry()
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        except Exception:
+            traceback.print_exc(file=log)
+            code = 1
+    output = log.getvalue()
+    return subprocess.CompletedProcess([tool, *map(str, args)], code, output, output)
+
+
+def fairseq(tool: str, *args) -> str:
+    """:func:`fairseq_result` of a run that must succeed: what it logged."""
+    result = fairseq_result(tool, *args)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return result.stdout
 
 
 def cli_code(*args) -> str:
@@ -237,10 +324,10 @@ def fairseq_json_logs(log: str, tags=("train_inner", "valid")) -> list[tuple[str
 
 
 def train_char_lm(data, *extra, model=TINY_CHAR_LM) -> subprocess.CompletedProcess:
-    """fairseq-train of the ``model`` options on ``data``, logging JSON: its CompletedProcess."""
-    cmd = [BIN / "fairseq-train", data, *model, *CHAR_LM_TRAINING, "--batch-size", "8", "--log-format", "json",
-           "--log-interval", "10", *ON_CPU, *extra]  # fmt: skip
-    return subprocess.run(command(cmd), capture_output=True, text=True, timeout=600, cwd=ROOT)
+    """fairseq-train of the ``model`` options on ``data``, logging JSON, in this process
+    (:func:`fairseq_result`)."""
+    return fairseq_result("fairseq-train", data, *model, *CHAR_LM_TRAINING, "--batch-size", "8", "--log-format",
+                          "json", "--log-interval", "10", *ON_CPU, *extra)  # fmt: skip
 
 
 def char_lm_logs(data, *extra) -> list[tuple[str, dict]]:
@@ -362,10 +449,10 @@ def pretrain_roberta(masked_lm_data: Path, dictionary: Path, save: Path, updates
     RoBERTa (128 positions) by fairseq-train on ``masked_lm_data`` (a binarized directory
     whose dict is ``dictionary``). Returns ``save``, holding model.pt and dict.txt, as
     ``convert-roberta`` reads them."""
-    run(BIN / "fairseq-train", masked_lm_data, "--task", "masked_lm", "--criterion", "masked_lm",
-        "--arch", "roberta", *FINETUNE_SIZES, "--max-positions", "128", "--tokens-per-sample", "128",
-        "--sample-break-mode", "none", "--lr", "1e-3", "--batch-size", "16", "--max-update", str(updates),
-        "--save-dir", save, "--disable-validation", *FINETUNE_COMMON)  # fmt: skip
+    fairseq("fairseq-train", masked_lm_data, "--task", "masked_lm", "--criterion", "masked_lm",
+            "--arch", "roberta", *FINETUNE_SIZES, "--max-positions", "128", "--tokens-per-sample", "128",
+            "--sample-break-mode", "none", "--lr", "1e-3", "--batch-size", "16", "--max-update", str(updates),
+            "--save-dir", save, "--disable-validation", *FINETUNE_COMMON)  # fmt: skip
     (save / "checkpoint_last.pt").rename(save / "model.pt")
     (save / "dict.txt").write_bytes(dictionary.read_bytes())
     return save

@@ -1,9 +1,14 @@
-"""Real fairseq-train processes with --user-dir on tiny generated character data
-(conftest's char_corpus, and tiny_char_lm trained on it once)."""
+"""fairseq-train with --user-dir, run in this process through its own entry point as fairseq's
+tests run it, on tiny generated character data (conftest's char_corpus, and tiny_char_lm
+trained on it once)."""
 
+import logging
+import random
+
+import numpy as np
 import torch
 from helpers import CHAR_SPLITS as SPLITS
-from helpers import TINY_CHAR_LM, cli, train_char_lm
+from helpers import TINY_CHAR_LM, cli, fairseq_json_logs, train_char_lm
 
 
 def test_training_lowers_bpc_and_scores_every_valid_character(tiny_char_lm):
@@ -27,6 +32,33 @@ def test_eval_bpc_on_the_trained_checkpoint(char_corpus, tiny_char_lm, tmp_path)
     assert 0.5 < summary["bpc"] < 4.0
     missing = cli("eval-bpc", tmp_path / "nope.pt", "--data", char_corpus)
     assert missing.returncode == 2 and "checkpoint:" in missing.stderr
+
+
+def test_runs_in_one_process_leave_nothing_to_each_other(char_corpus, tmp_path):
+    """Two trainings in this process, as two processes would run them: each saves its own best
+    checkpoint and TensorBoard logs (fairseq keeps the best loss and the writers in globals),
+    both log the same losses from the same seed, and the caller's RNGs and logging are
+    as they were."""
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    before = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    handlers = list(logging.getLogger().handlers)
+    losses = []
+    for run in ("first", "second"):
+        save = tmp_path / run
+        result = train_char_lm(char_corpus, "--max-update", "2", "--save-dir", save, "--no-epoch-checkpoints",
+                               "--validate-interval-updates", "2", "--tensorboard-logdir", save / "tb")  # fmt: skip
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert (save / "checkpoint_best.pt").is_file() and any((save / "tb").rglob("events.*"))
+        entries = fairseq_json_logs(result.stdout, ("train_inner", "valid"))
+        losses.append([{k: v for k, v in entry.items() if "loss" in k or "bpc" in k} for _, entry in entries])
+    assert losses[0] == losses[1] and losses[0]
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == before
+    assert logging.getLogger().handlers == handlers
 
 
 # ---------------------------------------------------------------- the deprecated spellings

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 from conftest import bpe_args
-from helpers import BIN, ON_CPU, TINY_ROBERTA, USER_DIR, fairseq_json_logs, ok, run
+from helpers import ON_CPU, TINY_ROBERTA, USER_DIR, fairseq, fairseq_json_logs, ok
 
 from longformer_fs.tasks.packed_documents import PADDED_DOCUMENT
 
@@ -80,13 +80,13 @@ def test_packed_rows_hold_each_input_once_with_its_label_and_its_first_token(dat
 
 
 def test_fairseq_train_classifies_packed_rows_and_each_document_as_alone(data, tmp_path):
-    log = run(BIN / "fairseq-train", data, "--user-dir", USER_DIR, "--task", "longformer_sentence_prediction",
-              "--pack", *CLASSIFY, "--criterion", "sentence_prediction", "--report-acc-and-f1",
-              "--arch", "longformer_roberta_base", *TINY_ROBERTA, "--attention-window", "16",
-              "--global-attention-tokens", "<s>", "--max-global-tokens", "1", "--optimizer", "adam", "--lr", "1e-3",
-              "--batch-size", "4", "--required-batch-size-multiple", "1", "--max-update", "3",
-              "--save-dir", tmp_path / "save", "--no-epoch-checkpoints",
-              *ON_CPU, "--log-format", "json", "--log-interval", "1")  # fmt: skip
+    log = fairseq("fairseq-train", data, "--user-dir", USER_DIR, "--task", "longformer_sentence_prediction",
+                  "--pack", *CLASSIFY, "--criterion", "sentence_prediction", "--report-acc-and-f1",
+                  "--arch", "longformer_roberta_base", *TINY_ROBERTA, "--attention-window", "16",
+                  "--global-attention-tokens", "<s>", "--max-global-tokens", "1", "--optimizer", "adam", "--lr", "1e-3",
+                  "--batch-size", "4", "--required-batch-size-multiple", "1", "--max-update", "3",
+                  "--save-dir", tmp_path / "save", "--no-epoch-checkpoints",
+                  *ON_CPU, "--log-format", "json", "--log-interval", "1")  # fmt: skip
     entries = [entry for _, entry in fairseq_json_logs(log, ("train_inner",))]
     assert len(entries) == 3 and all(math.isfinite(float(e["loss"])) for e in entries), log[-2000:]
     # fairseq counts documents, not rows: 4 rows a batch hold more than 4 inputs.

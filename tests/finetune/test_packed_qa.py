@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 from conftest import bpe_args
-from helpers import BIN, ON_CPU, TINY_ROBERTA, USER_DIR, fairseq_json_logs, ok, run
+from helpers import ON_CPU, TINY_ROBERTA, USER_DIR, fairseq, fairseq_json_logs, ok
 
 from longformer_fs.modules.task_heads import or_span_loss
 from longformer_fs.tasks.packed_documents import PADDED_DOCUMENT
@@ -95,12 +95,12 @@ def test_packed_rows_hold_each_window_once_with_its_question_and_gold_spans(data
 
 
 def test_fairseq_train_packs_windows_and_scores_each_as_alone(data, tmp_path):
-    log = run(BIN / "fairseq-train", data, "--user-dir", USER_DIR, "--task", "longformer_qa", "--pack",
-              "--max-positions", str(MAX_POSITIONS), "--criterion", "longformer_qa",
-              "--arch", "longformer_roberta_base", *TINY_ROBERTA, "--attention-window", "16",
-              "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "2", "--required-batch-size-multiple", "1",
-              "--max-update", "3", "--save-dir", tmp_path / "save", "--no-epoch-checkpoints",
-              *ON_CPU, "--log-format", "json", "--log-interval", "1")  # fmt: skip
+    log = fairseq("fairseq-train", data, "--user-dir", USER_DIR, "--task", "longformer_qa", "--pack",
+                  "--max-positions", str(MAX_POSITIONS), "--criterion", "longformer_qa",
+                  "--arch", "longformer_roberta_base", *TINY_ROBERTA, "--attention-window", "16",
+                  "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "2", "--required-batch-size-multiple", "1",
+                  "--max-update", "3", "--save-dir", tmp_path / "save", "--no-epoch-checkpoints",
+                  *ON_CPU, "--log-format", "json", "--log-interval", "1")  # fmt: skip
     entries = [entry for _, entry in fairseq_json_logs(log, ("train_inner",))]
     assert len(entries) == 3 and all(math.isfinite(float(e["loss"])) for e in entries), log[-2000:]
     assert all(float(e["bsz"]) > 2 for e in entries), entries  # windows, not rows

@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import BIN, ROOT, USER_DIR, fails, fake_checkpoint, ok, print_results, run
+from helpers import BIN, ROOT, USER_DIR, fails, fairseq, fake_checkpoint, ok, print_results, run
 
 from longformer_fs.evaluation.masked_lm import masked_lm_bits
 
@@ -123,8 +123,8 @@ def fairseq_validate(checkpoint, runs_corpus):
 def test_continued_pretraining_with_the_recipe_lowers_valid_loss(copied, runs_corpus, tmp_path):
     save = tmp_path / "run"
     before = fairseq_validate(copied, runs_corpus)
-    run(
-        BIN / "fairseq-hydra-train",
+    fairseq(
+        "fairseq-hydra-train",
         "--config-dir",
         ROOT / "recipes" / "mlm",
         "--config-name",

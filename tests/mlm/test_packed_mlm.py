@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import bpe_args
-from helpers import BIN, ON_CPU, TINY_ROBERTA, USER_DIR, fairseq_json_logs, ok, run
+from helpers import ON_CPU, TINY_ROBERTA, USER_DIR, fairseq, fairseq_json_logs, ok
 
 from longformer_fs.tasks.packed_documents import PADDED_DOCUMENT, first_fit
 
@@ -104,12 +104,12 @@ def test_packed_rows_hold_every_complete_doc_block_once_and_say_whose_tokens_are
 
 
 def test_fairseq_train_trains_on_packed_rows_and_each_document_scores_as_alone(documents, tmp_path):
-    log = run(BIN / "fairseq-train", documents, "--user-dir", USER_DIR, "--task", "longformer_masked_lm",
-              "--pack-documents", "--criterion", "masked_lm", "--arch", "longformer_roberta_base", *TINY_ROBERTA,
-              "--attention-window", "16", "--max-positions", str(TOKENS_PER_SAMPLE), "--tokens-per-sample",
-              str(TOKENS_PER_SAMPLE), "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "4", "--max-update", "3",
-              "--save-dir", tmp_path / "save", "--no-epoch-checkpoints", "--disable-validation", *ON_CPU,
-              "--log-format", "json", "--log-interval", "1")  # fmt: skip
+    log = fairseq("fairseq-train", documents, "--user-dir", USER_DIR, "--task", "longformer_masked_lm",
+                  "--pack-documents", "--criterion", "masked_lm", "--arch", "longformer_roberta_base", *TINY_ROBERTA,
+                  "--attention-window", "16", "--max-positions", str(TOKENS_PER_SAMPLE), "--tokens-per-sample",
+                  str(TOKENS_PER_SAMPLE), "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "4",
+                  "--max-update", "3", "--save-dir", tmp_path / "save", "--no-epoch-checkpoints",
+                  "--disable-validation", *ON_CPU, "--log-format", "json", "--log-interval", "1")  # fmt: skip
     losses = [float(entry["loss"]) for _, entry in fairseq_json_logs(log, ("train_inner",))]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses), log[-2000:]
 

@@ -21,6 +21,7 @@ from helpers import (
     USER_DIR,
     cli,
     fails,
+    fairseq,
     fake_checkpoint,
     ok,
     print_results,
@@ -114,8 +115,8 @@ def bart(data, tmp_path_factory):
     in Table 11 after 200 updates as after 200 updates of 32; after 165 it scores 76.7 and
     fails the test's 80 (134: 16.7, 100: 10), so it runs 1.5 times the longest that fails."""
     save = tmp_path_factory.mktemp("bart")
-    run(
-        BIN / "fairseq-train",
+    fairseq(
+        "fairseq-train",
         data["short"],
         *BART_TRAINING,
         "--arch",

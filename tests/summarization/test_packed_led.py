@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 from conftest import bpe_args
-from helpers import BIN, ON_CPU, TINY_BART, USER_DIR, fairseq_json_logs, ok, run
+from helpers import ON_CPU, TINY_BART, USER_DIR, fairseq, fairseq_json_logs, ok
 
 from longformer_fs.tasks.packed_documents import PADDED_DOCUMENT
 
@@ -86,12 +86,12 @@ def test_packed_rows_hold_each_pair_once_as_fairseq_batches_it(data):
 
 
 def test_fairseq_train_packs_pairs_and_decodes_each_as_alone(data, tmp_path):
-    log = run(BIN / "fairseq-train", data, "--user-dir", USER_DIR, "--task", "longformer_translation", "--pack",
-              "--source-lang", "source", "--target-lang", "target", "--truncate-source", *LED,
-              "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-              "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "2", "--required-batch-size-multiple", "1",
-              "--max-update", "3", "--save-dir", tmp_path / "save", "--no-epoch-checkpoints",
-              *ON_CPU, "--log-format", "json", "--log-interval", "1")  # fmt: skip
+    log = fairseq("fairseq-train", data, "--user-dir", USER_DIR, "--task", "longformer_translation", "--pack",
+                  "--source-lang", "source", "--target-lang", "target", "--truncate-source", *LED,
+                  "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                  "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "2", "--required-batch-size-multiple", "1",
+                  "--max-update", "3", "--save-dir", tmp_path / "save", "--no-epoch-checkpoints",
+                  *ON_CPU, "--log-format", "json", "--log-interval", "1")  # fmt: skip
     entries = [entry for _, entry in fairseq_json_logs(log, ("train_inner",))]
     assert len(entries) == 3 and all(math.isfinite(float(e["loss"])) for e in entries), log[-2000:]
     assert [entry for _, entry in fairseq_json_logs(log, ("valid",))]
