@@ -4,6 +4,7 @@
 #                  generated corpus (no download; about 2 minutes on 2 cores)
 #   make install   create .venv/ with pinned dependencies (a no-op when up to date)
 #   make test      install if needed, then run the test suite
+#   make test-fast the suite without its slow tests (journeys, cold lane, toy report, miniature tables)
 #   make info      print versions and the attention backends available here
 #   make lint      ruff (lint + format check) and clang-format --dry-run; CI runs it
 #   make gpu-bundle  the wheels the project's lent GPU machine lacks, into .gpu/ (docs/gpus.md)
@@ -111,7 +112,7 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test lint format info demo clean-venv gpu-bundle eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
+.PHONY: help install test test-fast lint format info demo clean-venv gpu-bundle eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
 	$(foreach t,$(FINETUNE_TASKS),finetune-$(t)) finetune-hotpotqa-two-stage \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
@@ -285,6 +286,11 @@ $(STAMP): $(INSTALL_INPUTS)
 # in the order tests/conftest.py gives them, the longest first (xdist would sort them by size).
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=20 $(PYTEST_ARGS)
+
+# A developer's loop: the suite without the tests marked slow (the journeys, the cold lane,
+# the toy report, the miniature tables' trainings). make test, and CI, run them all.
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=20 -m "not slow" $(PYTEST_ARGS)
 
 CXX_SOURCES := $(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h' | sort)
 

@@ -27,6 +27,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from helpers import (
     BIN,
@@ -46,6 +47,8 @@ from helpers import (
 
 from longformer_fs import from_pretrained
 from longformer_fs.commands.demo import TOY_MODEL, ToyPhase
+
+pytestmark = pytest.mark.slow  # a new interpreter for each command a user types
 
 
 def test_fairseq_tools_read_and_write_text(tiny_char_lm, char_corpus):

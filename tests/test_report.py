@@ -21,6 +21,8 @@ from longformer_fs.report import PART_NAMES
 from longformer_fs.report.parts import dense_oracle
 from longformer_fs.report.runner import Context, Part, PartFailed, run_all
 
+pytestmark = pytest.mark.slow  # the whole report, at toy size
+
 
 def test_the_toy_report_runs_every_part_on_this_cpu(tmp_path):
     out = tmp_path / "report"

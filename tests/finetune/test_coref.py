@@ -51,6 +51,8 @@ from longformer_fs.modules.coref import (
     prune_spans,
 )
 
+pytestmark = pytest.mark.slow  # coreference fine-tuning runs side by side
+
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:40]
 NAMES = ["zorb", "blick", "tarn", "quell", "mox", "vend"]
 COLORS = ["red", "blue", "green", "gold"]

@@ -37,6 +37,8 @@ from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
 
+pytestmark = pytest.mark.slow  # six fine-tuning runs side by side
+
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]
 CODES = [f"Z{a}{b}" for a in "aeiou" for b in "kpst"]
 COLORS = ["red", "blue", "green", "black"]

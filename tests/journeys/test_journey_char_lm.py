@@ -9,12 +9,15 @@ import math
 import re
 
 import numpy as np
+import pytest
 import torch
 from helpers import assert_refused_in_one_line
 from journey import Journey, Workspace
 from releases import write_char_zip
 
 from longformer_fs import from_pretrained
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 SPLITS = "16000,2000,2000"
 TOY = " ".join([

@@ -6,10 +6,13 @@ span HF's own PyTorch model scores best under the page's rule."""
 import re
 
 import numpy as np
+import pytest
 import torch
 from hf_models import save_model, scaled, vocab_size
 from journey import Journey, Workspace
 from pages import ROOT
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 JOURNEY = Journey("deploy")
 PAGE = ROOT / "docs" / "deploy.md"

@@ -21,6 +21,8 @@ import torch
 from helpers import ROOT, fails, ok
 from journey import Journey, Workspace
 
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
+
 JOURNEY = Journey("deploy-led")
 HUB = "led-large-16384"
 

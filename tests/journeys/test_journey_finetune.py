@@ -8,10 +8,13 @@ import json
 import re
 
 import numpy as np
+import pytest
 import torch
 from helpers import assert_refused_in_one_line
 from journey import Journey, Workspace
 from releases import write_aclimdb, write_byarticle, write_conll_release, write_hotpotqa_release, write_wikihop_release
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 TWO_UPDATES = 'HYDRA_ARGS="optimization.max_update=2 dataset.num_workers=0"'
 

@@ -7,11 +7,14 @@ classifier, back out to HF); and docs/data.md's corpus of every source kind."""
 import json
 import shutil
 
+import pytest
 import torch
 from helpers import assert_refused_in_one_line
 from hf_models import translations
 from journey import Journey, Workspace
 from releases import ARXIV_SENTENCES, write_dump, write_paper_pdf
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 # The released model's own sizes (conftest.longformer_hub), 512-token blocks, two updates.
 TOY_RELEASED = " ".join([

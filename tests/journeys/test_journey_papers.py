@@ -6,10 +6,13 @@ bodies with abstracts and names the paper that has none, with the reason."""
 import json
 from pathlib import Path
 
+import pytest
 from journey import Journey, Workspace
 from tex_truth import bag_f1, truth
 
 from data_prep.pdf_papers import NO_HEADING_NO_PROSE
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 PAPERS = Path(__file__).parents[1] / "data_prep" / "papers"
 

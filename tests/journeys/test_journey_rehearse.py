@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from journey import Journey, Workspace
 
 from longformer_fs.devices import RehearsedGpu
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 JOURNEY = Journey("rehearse")
 NOT_REHEARSED = {"cuda_tests", "pack", "text8", "finetune_triviaqa", "mlm_base", "summarize_arxiv"}

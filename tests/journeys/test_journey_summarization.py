@@ -5,9 +5,12 @@ PDFs, text and JSONL, ROUGE, and back out to HF."""
 
 import json
 
+import pytest
 from helpers import BART_SIZES, assert_refused_in_one_line
 from journey import Journey, Workspace
 from releases import ARXIV_SENTENCES, write_arxiv_release, write_paper_pdf
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 # Two updates of the LED recipe on the given model's sizes; short summaries.
 TRAIN_SHORT = ["dataset.batch_size=2", "optimization.update_freq=[1]", "optimization.max_update=2",

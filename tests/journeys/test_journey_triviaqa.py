@@ -6,12 +6,15 @@ and gives our logits."""
 
 import json
 
+import pytest
 import torch
 from helpers import assert_refused_in_one_line
 from journey import Journey, Workspace
 from releases import write_triviaqa_release
 
 from longformer_fs.checkpoint import load_model
+
+pytestmark = pytest.mark.slow  # a journey: its page's command blocks run as written, as processes
 
 JOURNEY = Journey("triviaqa")
 NOTICE = "recipe triviaqa trains in float32 (common.fp16=false)"

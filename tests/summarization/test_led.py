@@ -34,6 +34,8 @@ from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.checkpoint import load_model
 from longformer_fs.evaluation.summarization import GenerationSettings, generate
 
+pytestmark = pytest.mark.slow  # BART pretrained, then LED and BART fine-tuned: the miniature Table 11
+
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]
 CODES = [f"z{a}{b}" for a in "aeiou" for b in "kpst"][:16]
 RESULTS = {}  # the miniature Table 11

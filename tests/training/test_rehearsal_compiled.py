@@ -21,6 +21,8 @@ from rehearsal import rehearse
 from longformer_fs.attention import layer
 from longformer_fs.rehearsal import RehearsalFailure
 
+pytestmark = pytest.mark.slow  # each recipe's compiled layers traced and compiled
+
 COMPILED = ["char_lm_phase1", "triviaqa", "mlm_base", "led_base"]
 
 
