@@ -203,60 +203,6 @@ START_FIRST = (
 )
 
 
-# The suite's budget, module by module: seconds of fixture set-up each module was given on
-# the 2-core CI machine under `make test` (about 1.5x what it took when set). Every run
-# prints the largest set-ups beside their shares, and names a module over its share; the
-# clock never fails a run (one machine runs 2.5x another: speed belongs in benchmarks).
-SETUP_SHARE = 60
-SETUP_SHARES = {
-    # Measured CI's way (2 workers) with one zygote a run (d9ccf88 and its thread fix).
-    "finetune/test_finetune.py": 145,  # five fine-tuning runs and the pretraining: 96 s
-    "export/test_export_onnx.py": 85,  # three exports and gentle_qa's import: 56 s
-    "finetune/test_coref.py": 100,  # 250 masked-LM updates, two span-model runs of 142 updates: 70 s
-    "summarization/test_led.py": 75,  # BART, LED and their fine-tuning: 48 s
-    "mlm/test_longformer_roberta.py": 75,  # tiny_roberta's 600 updates: 49 s
-    "journeys/test_journey_deploy_led.py": 100,  # cold on purpose; the LED's three ONNX files traced and checked: 65 s
-    "test_plugin.py": 40,  # fresh interpreters, on purpose: 20-28 s
-}
-_SETUP_SECONDS: dict[str, float] = {}
-
-
-def _module(nodeid: str) -> str:
-    return nodeid.split("::")[0].removeprefix("tests/")
-
-
-def pytest_runtest_logreport(report):
-    if report.when == "setup":
-        module = _module(report.nodeid)
-        _SETUP_SECONDS[module] = _SETUP_SECONDS.get(module, 0.0) + report.duration
-
-
-def _over_budget(config) -> dict[str, float]:
-    """Modules over their share, in the setting the shares were measured in: `make test`'s
-    workers, one intra-op thread each. A run of one module in one process (the pages'
-    ``make test TEST_WORKERS=0 PYTEST_ARGS="-s ..."``) runs its processes with two threads,
-    side by side, and is not compared with them: test_led's set-up took 129 s there, 61-65 s
-    in CI's way."""
-    if not getattr(config.option, "numprocesses", None):
-        return {}
-    return {m: s for m, s in _SETUP_SECONDS.items() if s > SETUP_SHARES.get(m, SETUP_SHARE)}
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if hasattr(config, "workerinput") or not _SETUP_SECONDS:  # the controller sees every worker's reports
-        return
-    slowest = sorted(_SETUP_SECONDS.items(), key=lambda item: -item[1])[:8]
-    terminalreporter.write_sep("-", "module set-up, seconds (its share)")
-    for module, seconds in slowest:
-        terminalreporter.write_line(f"{seconds:7.1f}  ({SETUP_SHARES.get(module, SETUP_SHARE):.0f})  {module}")
-    for module, seconds in _over_budget(config).items():
-        terminalreporter.write_line(
-            f"over its share: {module}'s set-up took {seconds:.0f} s, its share "
-            f"{SETUP_SHARES.get(module, SETUP_SHARE):.0f} s (tests/conftest.py SETUP_SHARES; a report, not a failure)",
-            yellow=True,
-        )
-
-
 def pytest_collection_modifyitems(config, items):
     moved = [m for m in START_FIRST if not (Path(__file__).parent / m).is_file()]
     if moved:
