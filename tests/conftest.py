@@ -66,7 +66,6 @@ from helpers import (  # noqa: E402
     fairseq,
     ok,
     pretrain_roberta,
-    run,
     runs_text,
 )
 from hf_models import (  # noqa: E402
@@ -259,8 +258,8 @@ def runs_corpus(tmp_path_factory):
     def build(tmp):
         (tmp / "train.txt").write_text(runs_text(60000, 0))
         (tmp / "valid.txt").write_text(runs_text(12000, 1))
-        run(BIN / "fairseq-preprocess", "--only-source", "--trainpref", tmp / "train.txt", "--validpref",
-            tmp / "valid.txt", "--destdir", tmp / "bin", "--workers", "1")  # fmt: skip
+        fairseq("fairseq-preprocess", "--only-source", "--trainpref", tmp / "train.txt", "--validpref",
+                tmp / "valid.txt", "--destdir", tmp / "bin", "--workers", "1")  # fmt: skip
 
     return built_once(tmp_path_factory, "runs_corpus", build) / "bin"
 

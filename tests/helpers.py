@@ -110,7 +110,13 @@ def cli(*args):
 
 
 # The fairseq tools the tests run in this process, by their entry points' modules.
-FAIRSEQ_TOOLS = {"fairseq-train": "fairseq_cli.train", "fairseq-hydra-train": "fairseq_cli.hydra_train"}
+FAIRSEQ_TOOLS = {
+    "fairseq-train": "fairseq_cli.train",
+    "fairseq-hydra-train": "fairseq_cli.hydra_train",
+    "fairseq-preprocess": "fairseq_cli.preprocess",
+    "fairseq-validate": "fairseq_cli.validate",
+    "fairseq-generate": "fairseq_cli.generate",
+}
 
 
 def _reset_fairseq_state() -> None:

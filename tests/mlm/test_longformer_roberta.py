@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import BIN, ROOT, USER_DIR, fails, fairseq, fake_checkpoint, ok, print_results, run
+from helpers import ROOT, USER_DIR, fails, fairseq, fake_checkpoint, ok, print_results
 
 from longformer_fs.evaluation.masked_lm import masked_lm_bits
 
@@ -93,8 +93,8 @@ def test_table6_copied_positions_keep_the_loss_random_ones_do_not(tiny_roberta, 
 
 
 def fairseq_validate(checkpoint, runs_corpus):
-    out = run(
-        BIN / "fairseq-validate",
+    out = fairseq(
+        "fairseq-validate",
         runs_corpus,
         "--path",
         checkpoint,

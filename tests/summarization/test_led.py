@@ -25,7 +25,6 @@ from helpers import (
     fake_checkpoint,
     ok,
     print_results,
-    run,
     run_side_by_side,
 )
 from releases import write_paper_pdf
@@ -174,13 +173,13 @@ def test_converted_with_wide_window_equals_bart(bart, data, tmp_path):
     # fairseq-generate, as fairseq users run it, with GPT-2's BPE turning hypotheses into text:
     # the LED writes the BART's hypotheses (their scores equal to float32's rounding), and its
     # D- lines are text.
-    tool = [BIN / "fairseq-generate", data["short"], "--task", "translation", "--source-lang", "source",
+    tool = ["fairseq-generate", data["short"], "--task", "translation", "--source-lang", "source",
             "--target-lang", "target", "--gen-subset", "valid", "--beam", "4", "--max-len-b", "8",
             "--batch-size", "8", "--bpe", "gpt2", "--gpt2-encoder-json", data["bpe"] / "encoder.json",
             "--gpt2-vocab-bpe", data["bpe"] / "vocab.bpe", "--user-dir", USER_DIR, "--cpu"]  # fmt: skip
     hypotheses, scores = {}, {}
     for name, checkpoint in (("bart", bart / "model.pt"), ("led", tmp_path / "wide" / "model.pt")):
-        lines = [line.split("\t") for line in run(*tool, "--path", checkpoint).splitlines()]
+        lines = [line.split("\t") for line in fairseq(*tool, "--path", checkpoint).splitlines()]
         hypotheses[name] = sorted((line[0], line[2]) for line in lines if line[0].startswith(("H-", "D-")))
         scores[name] = np.array([float(line[1]) for line in sorted(lines) if line[0].startswith("H-")])
     assert hypotheses["led"] == hypotheses["bart"] and len(hypotheses["led"]) >= 2 * 45  # 48 of the 50 here
