@@ -124,15 +124,20 @@ def _reset_fairseq_state() -> None:
     loss so far (``save_checkpoint.best``, which would decide a later run's
     ``checkpoint_best.pt``), ``metrics``' aggregators (a failed run leaves them active), the
     TensorBoard writers (kept by split name alone, so a later run would write into the
-    first run's ``--tensorboard-logdir``; closed at exit otherwise) and Hydra's global
+    first run's ``--tensorboard-logdir``; closed at exit otherwise), the ``composite``
+    optimizer's optimizers and schedulers by group (class attributes, so a later composite
+    optimizer would also step, and clip, an earlier run's parameters) and Hydra's global
     instance (``fairseq-hydra-train`` initialises it once a process)."""
     from fairseq import checkpoint_utils, metrics
     from fairseq.logging import progress_bar
+    from fairseq.optim.composite import FairseqCompositeOptimizer
     from hydra.core.global_hydra import GlobalHydra
 
     if hasattr(checkpoint_utils.save_checkpoint, "best"):
         del checkpoint_utils.save_checkpoint.best
     metrics.reset()
+    FairseqCompositeOptimizer.optimizers.clear()
+    FairseqCompositeOptimizer.lr_schedulers.clear()
     for writer in progress_bar._tensorboard_writers.values():
         writer.close()
     progress_bar._tensorboard_writers.clear()

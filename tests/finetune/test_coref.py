@@ -29,7 +29,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import BIN, ROOT, fails, finetune_command, ok, pretrain_roberta, print_results, run, run_side_by_side
+from helpers import ROOT, fails, fairseq, finetune_command, ok, pretrain_roberta, print_results, run_side_by_side
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.modules.coref import (
@@ -364,13 +364,11 @@ def small(work):
 
 def test_shipped_recipe_trains_two_learning_rates_under_hydra(work, small, tmp_path):
     tmp = work["tmp"]
-    # A process of its own: run in this one, the recipe leaves state behind that makes the GPU
-    # rehearsal's coref step build CPU tensors later in the same worker (issue 76, not yet traced).
-    log = run(BIN / "fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "finetune", "--config-name", "coref",
-              f"task.data={small}", f"checkpoint.save_dir={tmp_path}",
-              f"checkpoint.finetune_from_model={tmp / 'converted_long' / 'model.pt'}", *SMALL,
-              "optimization.max_update=3", "lr_scheduler.warmup_updates=2",
-              "lr_scheduler.total_num_update=10")  # fmt: skip
+    log = fairseq("fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "finetune", "--config-name", "coref",
+                  f"task.data={small}", f"checkpoint.save_dir={tmp_path}",
+                  f"checkpoint.finetune_from_model={tmp / 'converted_long' / 'model.pt'}", *SMALL,
+                  "optimization.max_update=3", "lr_scheduler.warmup_updates=2",
+                  "lr_scheduler.total_num_update=10")  # fmt: skip
     assert "num_updates=3" in log
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     groups = state["last_optimizer_state"]
