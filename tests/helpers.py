@@ -149,10 +149,13 @@ def fairseq_process(argv: list) -> Iterator[io.StringIO]:
     """A run of a fairseq entry point in this process, isolated as a process of its own is:
     ``sys.argv`` is ``argv``; what it logs and prints is captured (yielded), in fairseq's
     log format; fairseq's globals are reset before and after (:func:`_reset_fairseq_state`);
-    the RNGs it seeds (torch's, NumPy's, Python's), torch's thread count and the root logger
-    (fairseq's scripts and Hydra configure it) are restored after. What stays, as in
-    fairseq's own tests: its registries of models, tasks and criterions, and the plugin's
-    registrations, imported once."""
+    its background batch loaders, which a finished run leaves waiting on a full queue, are
+    stopped (as ``longformer_fs.launch`` stops them); the RNGs it seeds (torch's, NumPy's,
+    Python's), torch's thread count and the root logger (fairseq's scripts and Hydra
+    configure it) are restored after. What stays, as in fairseq's own tests: its registries
+    of models, tasks and criterions, and the plugin's registrations, imported once."""
+    from longformer_fs.launch import stop_batch_loaders
+
     saved = (sys.argv, torch.get_rng_state(), np.random.get_state(), random.getstate(), torch.get_num_threads())
     root = logging.getLogger()
     logging_state = (root.level, list(root.handlers))
@@ -166,6 +169,7 @@ def fairseq_process(argv: list) -> Iterator[io.StringIO]:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             yield log
     finally:
+        stop_batch_loaders()
         sys.argv = saved[0]
         torch.set_rng_state(saved[1])
         np.random.set_state(saved[2])

@@ -4,6 +4,7 @@ trained on it once)."""
 
 import logging
 import random
+import threading
 
 import numpy as np
 import torch
@@ -59,6 +60,9 @@ def test_runs_in_one_process_leave_nothing_to_each_other(char_corpus, tmp_path):
     assert losses[0] == losses[1] and losses[0]
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == before
     assert logging.getLogger().handlers == handlers
+    from fairseq.data.iterators import BackgroundConsumer
+
+    assert not [t for t in threading.enumerate() if isinstance(t, BackgroundConsumer) and t.is_alive()]
 
 
 # ---------------------------------------------------------------- the deprecated spellings
