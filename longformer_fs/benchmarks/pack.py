@@ -145,6 +145,13 @@ def _topic_documents(lengths: dict[str, np.ndarray], seed: int):
     return dictionary, documents
 
 
+def classification_corpus(folder: Path, documents: int, median: float, sigma: float, limit: int) -> None:
+    """The fine-tuning part's corpus written to ``folder`` (:func:`write_classification`):
+    ``documents`` lengths drawn by :func:`document_lengths`, each at most ``limit`` tokens
+    (a row's, less the ``<s>`` the task prepends)."""
+    write_classification(folder, {"train": document_lengths(documents, median, sigma, limit, seed=2)})
+
+
 def write_corpus(folder: Path, lengths: dict[str, np.ndarray], seed: int = 0) -> None:
     """``folder/{dict.txt, SPLIT.bin, SPLIT.idx}`` as ``fairseq-preprocess`` writes them: each
     document's lines, each line's tokens then ``</s>``, and an empty line (``</s>`` alone)
@@ -210,10 +217,15 @@ def _task(data: str, seq_len: int, mode: str):
 
 
 def _batches(task, split: str, batch_size: int, epoch: int, shuffle: bool):
+    """``split`` loaded for ``epoch`` (its masks drawn anew), then :func:`_epoch_batches`."""
     task.load_dataset(split, epoch=epoch)
-    dataset = task.dataset(split)
+    return _epoch_batches(task, task.dataset(split), batch_size, epoch, shuffle)
+
+
+def _epoch_batches(task, dataset, batch_size: int, epoch: int, shuffle: bool):
+    """``dataset``'s batches of ``batch_size`` rows for ``epoch``, as fairseq-train makes them."""
     iterator = task.get_batch_iterator(
-        dataset, max_sentences=batch_size, max_positions=task.cfg.tokens_per_sample, seed=1, epoch=epoch,
+        dataset, max_sentences=batch_size, max_positions=task.max_positions(), seed=1, epoch=epoch,
         required_batch_size_multiple=1,
     )  # fmt: skip
     return iterator.next_epoch_itr(shuffle=shuffle)
@@ -371,11 +383,7 @@ def finetune_measurement(
     criterion = SentencePredictionCriterion(SentencePredictionConfig(), task)
 
     def epochs(epoch: int):
-        iterator = task.get_batch_iterator(
-            task.dataset("train"), max_sentences=batch_size, max_positions=seq_len, seed=1, epoch=epoch,
-            required_batch_size_multiple=1,
-        )  # fmt: skip
-        return iterator.next_epoch_itr(shuffle=True)
+        return _epoch_batches(task, task.dataset("train"), batch_size, epoch, shuffle=True)
 
     result = _timed_training(model, criterion, epochs, tokens, device, precision, task.source_dictionary.pad())
     result.pop("rows")
@@ -412,20 +420,21 @@ def _valid_bits(model, criterion, data: str, seq_len: int, batch_size: int, devi
 # ------------------------------------------------------------------ the command
 
 
+def _ratio(key: str, one: dict, other: dict) -> float | None:
+    """``one[key] / other[key]``, or None where either is nothing (a rehearsal's memory)."""
+    return one[key] / other[key] if one[key] is not None and other[key] else None
+
+
 def ratios(results: dict) -> dict:
     """Packed rows against the other two ways: real tokens/s and peak memory (empty when a
     way failed; a ratio None where its denominator is nothing, as in a rehearsal's memory)."""
     if any("error" in row for row in results.values()):
         return {}
     packed, complete_doc, complete = (results[mode] for mode in MODES)
-
-    def ratio(key: str, other: dict) -> float | None:
-        return packed[key] / other[key] if packed[key] is not None and other[key] else None
-
     return {
-        "speed_vs_complete_doc": ratio("tokens_per_s", complete_doc),
-        "speed_vs_complete": ratio("tokens_per_s", complete),
-        "memory_vs_complete": ratio("peak_mib", complete),
+        "speed_vs_complete_doc": _ratio("tokens_per_s", packed, complete_doc),
+        "speed_vs_complete": _ratio("tokens_per_s", packed, complete),
+        "memory_vs_complete": _ratio("peak_mib", packed, complete),
     }
 
 
@@ -435,15 +444,11 @@ def finetune_ratios(results: dict) -> dict:
     if any("error" in row for row in results.values()):
         return {}
     packed, bucketed, fairseq = (results[mode] for mode in FINETUNE_MODES)
-
-    def ratio(key: str, one: dict, other: dict) -> float | None:
-        return one[key] / other[key] if one[key] is not None and other[key] else None
-
     return {
-        "bucketed_speed_vs_fairseq": ratio("tokens_per_s", bucketed, fairseq),
-        "packed_speed_vs_fairseq": ratio("tokens_per_s", packed, fairseq),
-        "packed_speed_vs_bucketed": ratio("tokens_per_s", packed, bucketed),
-        "packed_memory_vs_fairseq": ratio("peak_mib", packed, fairseq),
+        "bucketed_speed_vs_fairseq": _ratio("tokens_per_s", bucketed, fairseq),
+        "packed_speed_vs_fairseq": _ratio("tokens_per_s", packed, fairseq),
+        "packed_speed_vs_bucketed": _ratio("tokens_per_s", packed, bucketed),
+        "packed_memory_vs_fairseq": _ratio("peak_mib", packed, fairseq),
     }
 
 
@@ -460,7 +465,7 @@ def _measure(target: str, modes: tuple[str, ...], desc: str, args, training, dat
     return results
 
 
-def _table(results: dict, columns: tuple, extra: str = "") -> None:
+def _table(results: dict, columns: tuple) -> None:
     """One row a way: ``columns`` are ``(heading, key, format)``; errors in one line."""
     print(f"{'rows':<14} " + " ".join(f"{heading:>{len(heading)}}" for heading, _, _ in columns) + "  backends")
     for mode, row in results.items():
@@ -513,8 +518,7 @@ def main(args: argparse.Namespace) -> int:
         if "finetune" in parts:
             training = training_of(args, FINETUNE_RECIPE)
             folder = Path(data) / "finetune"
-            lengths = document_lengths(args.documents, args.median, args.sigma, args.seq_len - 1, seed=2)
-            write_classification(folder, {"train": lengths})
+            classification_corpus(folder, args.documents, args.median, args.sigma, args.seq_len - 1)
             results = _measure("longformer_fs.benchmarks.pack:finetune_measurement", FINETUNE_MODES,
                                "bench pack (finetune)", args, training, str(folder), args.finetune_tokens)  # fmt: skip
             print(

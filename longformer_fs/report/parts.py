@@ -447,8 +447,7 @@ def pack(ctx: Context) -> dict:
         return ctx.work / "pack"
 
     def classification_corpus() -> Path:
-        lengths = bench_pack.document_lengths(documents, median, 1.0, seq_len - 1, seed=2)
-        bench_pack.write_classification(ctx.work / "pack_finetune", {"train": lengths})
+        bench_pack.classification_corpus(ctx.work / "pack_finetune", documents, median, 1.0, seq_len - 1)
         return ctx.work / "pack_finetune"
 
     found, rows, tuned = {}, [], []

@@ -425,13 +425,19 @@ def call_inputs(
     return key_ok, found.reach, found.tiles, found.order, found.classes
 
 
-def document_slots(documents: torch.Tensor, seq_len: int, spec: BandSpec, static: bool = False) -> torch.Tensor:
+def document_slots(
+    documents: torch.Tensor, seq_len: int, spec: BandSpec, static: bool = False, prepared: Geometry | None = None
+) -> torch.Tensor:
     """The document ids ``(B, T)`` of packed rows as ``mask_mod`` reads them: int32, padded to
     :func:`kernel_length` with -1, ``(B, length)`` by position or ``(B, H, length)`` in each
-    head's slot order when a head is dilated (as ``key_ok``)."""
+    head's slot order when a head is dilated (as ``key_ok``). ``prepared``: the call's
+    :class:`Geometry`, whose slot positions a compiled layer then reads instead of the cache."""
     length = kernel_length(seq_len, static)
     ids = F.pad(documents.to(torch.int32), (0, length - seq_len), value=-1)
-    positions = slot_positions(seq_len, spec.dilations, str(documents.device), length)
+    if prepared is not None:
+        positions = prepared.positions
+    else:
+        positions = slot_positions(seq_len, spec.dilations, str(documents.device), length)
     return ids if positions is None else ids[:, positions]
 
 
@@ -629,7 +635,7 @@ def flex_band_attention(
         *((None, None) if position is None else (position.query, position.table)),
         spec.scale,
         static,
-        None if documents is None else document_slots(documents, q.shape[2], spec, static),
+        None if documents is None else document_slots(documents, q.shape[2], spec, static, prepared),
     )
     if torch.compiler.is_compiling():
         # Inside the caller's own compiled graph: traced there, whole. (The function of each
