@@ -5,6 +5,8 @@
 #   make install   create .venv/ with pinned dependencies (a no-op when up to date)
 #   make test      install if needed, then run the test suite
 #   make test-fast the suite without its slow tests (journeys, cold lane, toy report, miniature tables)
+#   make test-durations  the whole suite, recording each module's seconds in tests/durations.json
+#                  (make test starts the longest modules first, by that file)
 #   make info      print versions and the attention backends available here
 #   make lint      ruff (lint + format check) and clang-format --dry-run; CI runs it
 #   make gpu-bundle  the wheels the project's lent GPU machine lacks, into .gpu/ (docs/gpus.md)
@@ -112,7 +114,7 @@ HYDRA_ARGS ?=
 CORPORA := text8 enwik8
 PHASES := 1 2 3 4 5
 
-.PHONY: help install test test-fast lint format info demo clean-venv gpu-bundle eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
+.PHONY: help install test test-fast test-durations lint format info demo clean-venv gpu-bundle eval-bpc mlm-base mlm-large summarize-arxiv $(CORPORA) \
 	$(foreach t,$(FINETUNE_TASKS),finetune-$(t)) finetune-hotpotqa-two-stage \
 	$(foreach c,$(CORPORA),$(foreach p,$(PHASES),$(c)-phase$(p)))
 
@@ -291,6 +293,11 @@ test: $(STAMP)
 # the toy report, the miniature tables' trainings). make test, and CI, run them all.
 test-fast: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=20 -m "not slow" $(PYTEST_ARGS)
+
+# The whole suite, its modules' seconds written to tests/durations.json (commit it): make test's
+# order, longest first. Rerun it when modules are added or change much.
+test-durations: $(STAMP)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --record-durations $(PYTEST_ARGS)
 
 CXX_SOURCES := $(shell find cuda_ext -name '*.cpp' -o -name '*.cu' -o -name '*.h' | sort)
 

@@ -166,52 +166,46 @@ def pytest_unconfigure(config):
         shutil.rmtree(_WARM.pop("root"), ignore_errors=True)
 
 
-# The longest modules, longest first (seconds each took in `make test`, CI's way on the
-# 2-core machine: a run of 616 s). `--dist loadscope` hands whole modules to the workers in
-# collection order; in tests/' alphabetical order the journeys came last, and one worker
-# ran them alone while the other had finished. Started first, the long modules split
-# between the workers and the short ones fill in at the end (the workers finished 1 s
-# apart).
-START_FIRST = (
-    "finetune/test_finetune.py",  # 130 (six trainings, an int8 export)
-    "test_cold_lane.py",  # 120 (new interpreters, on purpose: about 10 s each)
-    "export/test_export_onnx.py",  # 110 (five exports, about 15 s each)
-    "journeys/test_journey_rehearse.py",  # 85 (the whole report rehearsed: dynamo, aot_eager)
-    "attention/test_flex_backend.py",  # 75 (dynamo and inductor)
-    "journeys/test_journey_deploy_led.py",  # 75 (cold; three ONNX files, five summary searches)
-    "finetune/test_coref.py",  # 75
-    "mlm/test_longformer_roberta.py",  # 70
-    "test_report.py",  # 70 (the whole toy report, profiles included)
-    "training/test_compiled_layers.py",  # 60 (dynamo and AOTAutograd, three models)
-    "training/test_rehearsal_compiled.py",  # 55 (four recipes compiled, a fresh dynamo each)
-    "training/test_rehearsal.py",  # 50 (every recipe's steps on the rehearsed GPU, twice)
-    "summarization/test_led.py",  # 60
-    "conversion/test_import_hf.py",  # 35
-    "attention/test_custom_ops.py",  # 35
-    "test_cli.py",  # 35
-    "test_plugin.py",  # 30
-    "journeys/test_journey_finetune.py",  # 25
-    "finetune/test_hotpotqa.py",  # 25
-    "journeys/test_journey_deploy.py",  # 25
-    "journeys/test_journey_summarization.py",  # 20
-    "training/test_distributed.py",  # 20
-    "journeys/test_journey_mlm.py",  # 20
-    "test_demo.py",  # 15
-    "journeys/test_journey_char_lm.py",  # 15
-    "journeys/test_journey_triviaqa.py",  # 10
-)
+# `--dist loadscope` hands whole modules to the workers in collection order; in tests/'
+# alphabetical order the journeys came last, and one worker ran them alone while the other
+# had finished. So modules start longest first, by the seconds each took in a recorded run
+# (tests/durations.json, written by `make test-durations`, never by hand); modules it does
+# not name follow, in their own order.
+DURATIONS = Path(__file__).parent / "durations.json"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write each module's seconds (set-up, calls, teardown) to {DURATIONS.name}")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
-    moved = [m for m in START_FIRST if not (Path(__file__).parent / m).is_file()]
-    if moved:
-        raise pytest.UsageError(f"conftest.START_FIRST names modules that are not there: {moved}")
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
 
-    def rank(item) -> int:
-        module = item.nodeid.split("::")[0].removeprefix("tests/")
-        return START_FIRST.index(module) if module in START_FIRST else len(START_FIRST)
+    def seconds(item) -> float:
+        return -recorded.get(item.nodeid.split("::")[0].removeprefix("tests/"), 0)
 
-    items.sort(key=rank)  # stable: the other modules, and the tests in each, keep their order
+    items.sort(key=seconds)  # stable: the other modules, and the tests in each, keep their order
+
+
+_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each phase of each test, on the xdist controller too (the workers send it reports)."""
+    module = report.nodeid.split("::")[0].removeprefix("tests/")
+    _SECONDS[module] = _SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With --record-durations, on the controller: the modules that ran replace their
+    recorded seconds, and modules no longer in tests/ leave the file."""
+    if not session.config.getoption("--record-durations") or hasattr(session.config, "workerinput"):
+        return
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    recorded.update({module: round(seconds) for module, seconds in _SECONDS.items()})
+    kept = {m: s for m, s in recorded.items() if (DURATIONS.parent / m).is_file()}
+    DURATIONS.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
 
 
 # ---------------------------------------------------------------- tiny corpora and models

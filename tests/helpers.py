@@ -14,8 +14,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-import time
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
@@ -74,7 +72,7 @@ BART_TRAINING = ["--task", "translation", "--source-lang", "source", "--target-l
                  "--seed", "1", "--disable-validation", "--user-dir", str(USER_DIR)]  # fmt: skip
 
 # How the fine-tuning tests train: the tiny RoBERTa without dropout, Adam, in this process's
-# CPU; and the command of a fine-tuning run of fairseq-train over them (``finetune_command``).
+# CPU; and the command of a fine-tuning run of fairseq-train over them (``finetune_args``).
 FINETUNE_SIZES = [*TINY_ROBERTA, "--dropout", "0", "--attention-dropout", "0"]
 FINETUNE_COMMON = [*ON_CPU, "--log-format", "simple", "--seed", "1", "--no-epoch-checkpoints"]
 FINETUNE_COMMON += ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--user-dir", str(USER_DIR)]
@@ -238,42 +236,6 @@ def run(*cmd, env=None, timeout=900, real: bool = False) -> str:
     result = subprocess.run(command(cmd, real), capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
-
-
-def run_side_by_side(*commands, timeout=900) -> list[str]:
-    """Processes that must succeed, run as :func:`run` does but side by side (as many at a
-    time as this process may use cores) with one intra-op thread each: the tiny models'
-    runs use two threads poorly, so on the 2-core CI machine two one-thread runs together
-    finish well before the same runs one after the other. Returns their outputs, in order."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    waiting, running, outputs = list(enumerate(commands)), {}, {}
-    deadline = time.monotonic() + timeout
-    # This process's share of the cores: under pytest-xdist the other workers use the rest.
-    cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    with tempfile.TemporaryDirectory() as logs:
-        try:
-            while waiting or running:
-                while waiting and len(running) < cores:
-                    i, cmd = waiting.pop(0)
-                    log = open(Path(logs) / f"{i}.log", "w+")
-                    cmd = command(cmd)
-                    running[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env), log
-                finished = [i for i, (proc, _) in running.items() if proc.poll() is not None]
-                if not finished:
-                    assert time.monotonic() < deadline, f"over {timeout} s: {commands}"
-                    time.sleep(0.2)
-                for i in finished:
-                    proc, log = running.pop(i)
-                    with log:
-                        log.seek(0)
-                        outputs[i] = log.read()
-                    assert proc.returncode == 0, outputs[i][-6000:]
-        finally:  # a failure stops the others
-            for proc, log in running.values():
-                proc.kill()
-                proc.wait()
-                log.close()
-    return [outputs[i] for i in range(len(commands))]
 
 
 def make(target, *variables, env=None, timeout=900) -> subprocess.CompletedProcess:
@@ -473,12 +435,12 @@ def pretrain_roberta(masked_lm_data: Path, dictionary: Path, save: Path, updates
     return save
 
 
-def finetune_command(data, save, *args, updates: int, lr: str = "1e-3", batch_size: int = 16) -> list:
-    """fairseq-train fine-tuning the tiny model on ``data`` for ``updates`` steps (linear
+def finetune_args(data, save, *args, updates: int, lr: str = "1e-3", batch_size: int = 16) -> list:
+    """fairseq-train's arguments for fine-tuning the tiny model on ``data`` for ``updates`` steps (linear
     warmup over a tenth then decay), validating once at the end (fairseq also validates, and
     saves a best checkpoint, at every epoch's end, unless the interval in epochs is out of
     reach: a tiny training set has many epochs)."""
-    return [BIN / "fairseq-train", data, *FINETUNE_SIZES, *FINETUNE_COMMON, "--lr", lr, "--clip-norm", "1",
+    return [data, *FINETUNE_SIZES, *FINETUNE_COMMON, "--lr", lr, "--clip-norm", "1",
             "--lr-scheduler", "polynomial_decay",
             "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
             "--max-update", str(updates), "--save-dir", save, "--validate-interval-updates", str(updates),

@@ -1,7 +1,7 @@
 """`make demo`'s machinery: five real fairseq-hydra-train phases, evaluation, table, plot."""
 
 import json
-import subprocess
+import subprocess  # make demo's command as the README gives it
 
 from helpers import BIN, ROOT, command
 

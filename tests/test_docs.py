@@ -4,7 +4,7 @@ shell block answers ``--help``, and each ``make`` target named there is a rule (
 breaks this test, not a user's first try; ``tests/journeys/`` runs the journeys."""
 
 import re
-import subprocess
+import subprocess  # make -n: each target the pages name is one of make's rules
 from pathlib import Path
 
 import pytest

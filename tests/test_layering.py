@@ -7,7 +7,7 @@ functions), at the granularity of this repository's packages, e.g.
 
 import ast
 import re
-import subprocess
+import subprocess  # a new interpreter: what importing each layer loads
 import sys
 from pathlib import Path
 

@@ -8,7 +8,7 @@ import ast
 import json
 import os
 import signal
-import subprocess
+import subprocess  # a process killed mid-write (SIGKILL) leaves nothing half written
 import sys
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,7 +1,7 @@
 """The package as fairseq and torch see it: user-dir loading, old checkpoints, logging."""
 
 import os
-import subprocess
+import subprocess  # registration depends on what a new process imports first
 import sys
 from pathlib import Path
 

@@ -6,7 +6,7 @@ against the tests' own."""
 import json
 import os
 import signal
-import subprocess
+import subprocess  # the report as users run it, its parts' processes and signals
 import time
 
 import helpers

@@ -185,7 +185,7 @@ def test_constant_when_traced_marks_as_torch_compilers_decorator_does():
 
 
 def test_importing_the_attention_does_not_import_the_compiler():
-    import subprocess
+    import subprocess  # a new interpreter: what importing the attention loads
     import sys
 
     code = "import sys, longformer_fs.attention; print('torch._dynamo' in sys.modules)"

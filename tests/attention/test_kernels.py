@@ -2,7 +2,7 @@
 
 import itertools
 import shutil
-import subprocess
+import subprocess  # the compilers, side by side: each is a program of its own
 import sysconfig
 
 import pytest

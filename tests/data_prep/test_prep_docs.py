@@ -3,12 +3,11 @@ dump, JSONL with bad lines, text folders, and a GPT-2-style BPE trained here."""
 
 import bz2
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import BIN, ROOT, cli, command
+from helpers import cli
 
 from data_prep import doc_sources
 from data_prep.doc_corpus import DocPrepConfig, prepare_docs
@@ -226,10 +225,10 @@ def tokenizer_args(d: Path) -> list:
     return ["--encoder-json", d / "encoder.json", "--vocab-bpe", d / "vocab.bpe", "--dict", d / "dict.txt"]
 
 
-def prep_docs(*args) -> subprocess.CompletedProcess:
-    """``longformer-fs prep docs ARGS`` as its own process, warm (its workers are processes too)."""
-    cmd = [BIN / "longformer-fs", "prep", "docs", *args]
-    return subprocess.run(command(cmd), capture_output=True, text=True, cwd=ROOT, timeout=600)
+def prep_docs(*args):
+    """``longformer-fs prep docs ARGS`` in this process (its tokenizing workers are spawned
+    processes of their own, as for users)."""
+    return cli("prep", "docs", *args)
 
 
 def run_prep(corpus, pdfs, out, *extra):

@@ -15,7 +15,7 @@ and each export here traces the same layer code.
 
 import json
 import shutil
-import subprocess
+import subprocess  # serving runs in an interpreter that never imported torch
 import sys
 import textwrap
 

@@ -29,7 +29,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, fails, fairseq, finetune_command, ok, pretrain_roberta, print_results, run_side_by_side
+from helpers import ROOT, fails, fairseq, finetune_args, ok, pretrain_roberta, print_results
 
 from data_prep.gpt2_bpe import train_bpe
 from longformer_fs.modules.coref import (
@@ -42,7 +42,7 @@ from longformer_fs.modules.coref import (
     prune_spans,
 )
 
-pytestmark = pytest.mark.slow  # coreference fine-tuning runs side by side
+pytestmark = pytest.mark.slow  # two coreference fine-tuning runs
 
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:40]
 NAMES = ["zorb", "blick", "tarn", "quell", "mox", "vend"]
@@ -257,10 +257,10 @@ TASK = ["--task", "longformer_coref", "--criterion", "longformer_coref", "--arch
         "--head-dropout", "0"]  # fmt: skip
 
 
-def train_command(work, name, positions):
-    """fairseq-train of the span model on whole documents, one per batch."""
+def train_args(work, name, positions):
+    """fairseq-train's arguments for the span model on whole documents, one per batch."""
     tmp = work["tmp"]
-    return finetune_command(tmp / "data", tmp / f"model_{name}", *TASK, "--max-positions", positions,
+    return finetune_args(tmp / "data", tmp / f"model_{name}", *TASK, "--max-positions", positions,
                             "--finetune-from-model", tmp / f"converted_{name}" / "model.pt",
                             "--validate-interval", "1000", updates=142, batch_size=1)  # fmt: skip
 
@@ -271,8 +271,8 @@ def eval_coref(checkpoint, data, *extra):
 
 @pytest.fixture(scope="module")
 def models(work):
-    runs = {"long": train_command(work, "long", "2048"), "short": train_command(work, "short", "128")}
-    return dict(zip(runs, run_side_by_side(*runs.values()), strict=True))
+    runs = {"long": train_args(work, "long", "2048"), "short": train_args(work, "short", "128")}
+    return {name: fairseq("fairseq-train", *args) for name, args in runs.items()}
 
 
 def test_miniature_long_context_beats_128_token_segments(work, models):

@@ -26,18 +26,18 @@ import torch
 from helpers import (
     ROOT,
     compose_recipe,
-    finetune_command,
+    fairseq,
+    finetune_args,
     last_logged,
     ok,
     pretrain_roberta,
     print_results,
-    run_side_by_side,
 )
 from helpers import make as make_run
 
 from data_prep.gpt2_bpe import train_bpe
 
-pytestmark = pytest.mark.slow  # six fine-tuning runs side by side
+pytestmark = pytest.mark.slow  # six fine-tuning runs
 
 FILL = [a + b + c for a in "bdfg" for b in "aeiou" for c in "lmnr"][:60]
 CODES = [f"Z{a}{b}" for a in "aeiou" for b in "kpst"]
@@ -167,7 +167,7 @@ CLASSIFY = ["--task", "sentence_prediction", "--num-classes", "2", "--init-token
 
 @pytest.fixture(scope="module")
 def runs(work):
-    """The module's fine-tuning runs, side by side, longest first: their logs by name.
+    """The module's fine-tuning runs, in this process, longest first: their logs by name.
     Classification, long and truncated at 128; QA on whole pages and on windows cut at
     128; WikiHop in 128-token chunks.
 
@@ -195,21 +195,21 @@ def runs(work):
           "--attention-window", "32", "--finetune-from-model", tmp / "converted" / "model.pt",
           "--max-positions", "2048"]  # fmt: skip
     commands = {
-        "qa": finetune_command(tmp / "qa", tmp / "qa_model", *qa, updates=60, batch_size=8),
-        "cls_long": finetune_command(tmp / "cls", tmp / "cls_long", *CLASSIFY, "--arch", "longformer_roberta",
+        "qa": finetune_args(tmp / "qa", tmp / "qa_model", *qa, updates=60, batch_size=8),
+        "cls_long": finetune_args(tmp / "cls", tmp / "cls_long", *CLASSIFY, "--arch", "longformer_roberta",
                                      "--max-positions", "2048", "--attention-window", "32",
                                      "--global-attention-tokens", "<s>",
                                      "--finetune-from-model", tmp / "converted" / "model.pt", updates=65, batch_size=8),
-        "wh": finetune_command(tmp / "wh", tmp / "wh_model", "--task", "longformer_wikihop", "--criterion",
+        "wh": finetune_args(tmp / "wh", tmp / "wh_model", "--task", "longformer_wikihop", "--criterion",
                                "longformer_wikihop", "--arch", "longformer_roberta", "--attention-window", "32",
                                "--max-positions", "128", "--finetune-from-model",
                                tmp / "converted_wikihop" / "model.pt", lr="4e-3", updates=110),
-        "qa_short": finetune_command(tmp / "qa_short", tmp / "qa_short_model", *qa, updates=60, batch_size=8),
-        "cls_short": finetune_command(tmp / "cls", tmp / "cls_short", *CLASSIFY, "--arch", "roberta",
+        "qa_short": finetune_args(tmp / "qa_short", tmp / "qa_short_model", *qa, updates=60, batch_size=8),
+        "cls_short": finetune_args(tmp / "cls", tmp / "cls_short", *CLASSIFY, "--arch", "roberta",
                                       "--max-positions", "128", "--finetune-from-model",
                                       work["roberta"] / "model.pt", updates=65, batch_size=8),
     }  # fmt: skip
-    return dict(zip(commands, run_side_by_side(*commands.values()), strict=True))
+    return {name: fairseq("fairseq-train", *args) for name, args in commands.items()}
 
 
 # ---------------------------------------------------------------- classification
@@ -603,7 +603,7 @@ def test_convert_roberta_from_hf_layout_equals_the_fairseq_release(work, tmp_pat
 
 def test_the_makefile_has_one_target_per_row_of_the_recipes_table():
     """The Makefile reads its finetune-* targets from longformer_fs/recipes.py's table."""
-    import subprocess
+    import subprocess  # make's own database of rules (make -pn)
 
     from longformer_fs.recipes import FINETUNE_TASKS, finetune_dir
 

@@ -20,7 +20,7 @@ import string
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, compose_recipe, fails, finetune_command, ok, pretrain_roberta, print_results, run_side_by_side
+from helpers import ROOT, compose_recipe, fails, fairseq, finetune_args, ok, pretrain_roberta, print_results
 
 from data_prep.gpt2_bpe import train_bpe
 
@@ -208,9 +208,9 @@ def _as_jsonl(path, texts):
 def trained(work):
     tmp = work["tmp"]
     names = ("data", "data_short")
-    commands = [finetune_command(tmp / name, tmp / f"{name}_model", *TASK, "--finetune-from-model", work["model"],
+    runs = [finetune_args(tmp / name, tmp / f"{name}_model", *TASK, "--finetune-from-model", work["model"],
                                  lr="2e-3", updates=60, batch_size=8) for name in names]  # fmt: skip
-    return dict(zip(names, run_side_by_side(*commands), strict=True))
+    return {name: fairseq("fairseq-train", *args) for name, args in zip(names, runs, strict=True)}
 
 
 def eval_hotpotqa(checkpoint, data, *extra):

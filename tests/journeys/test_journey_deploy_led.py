@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
+import subprocess  # the torch-free summarizer runs where torch was never imported
 import sys
 import textwrap
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 from helpers import (
     BART_TRAINING,
-    BIN,
     TINY_BART,
     USER_DIR,
     cli,
@@ -25,7 +24,6 @@ from helpers import (
     fake_checkpoint,
     ok,
     print_results,
-    run_side_by_side,
 )
 from releases import write_paper_pdf
 
@@ -188,15 +186,15 @@ def test_converted_with_wide_window_equals_bart(bart, data, tmp_path):
     assert any(text.startswith("topic ") for text in texts), texts[:5]  # the targets' first word, as text
 
 
-def fine_tune_command(arch_args, init, data, save, updates=50):
-    """fairseq-train of ``arch_args`` from ``init`` on the long data; the checkpoint is
+def fine_tune_args(arch_args, init, data, save, updates=50):
+    """fairseq-train's arguments for ``arch_args`` from ``init`` on the long data; the checkpoint is
     ``save / "checkpoint_last.pt"``.
 
     50 updates: the LED's ROUGE-2 is 100 after 35 updates as after 80, and the truncated
     BART's stays at 3 to 10 (measured on the 2-core CI machine, one thread each), so the
     miniature keeps its margin, and a defect that stops the LED reading the long sources
     still fails it. (The BART pretraining cannot shrink alike: see ``bart``.)"""
-    return [BIN / "fairseq-train", data["long"], *BART_TRAINING, *arch_args, *TINY_BART, "--lr", "5e-4",
+    return [data["long"], *BART_TRAINING, *arch_args, *TINY_BART, "--lr", "5e-4",
             "--lr-scheduler", "fixed", "--max-update", str(updates), "--finetune-from-model", init,
             "--save-dir", save]  # fmt: skip
 
@@ -226,13 +224,14 @@ def summarize(checkpoint, data, out):
 @pytest.fixture(scope="module")
 def fine_tuned(bart, led, data, tmp_path_factory):
     """LED (512 positions, w = 32) and BART (its 128 positions, sources truncated) fine-tuned
-    side by side: their last checkpoints."""
+    one after the other in this process: their last checkpoints."""
     save = tmp_path_factory.mktemp("fine_tuned")
     runs = {
         "led": (["--arch", "led_base", "--max-source-positions", "512", "--attention-window", "32"], led),
         "bart": (["--arch", "bart_base", "--max-source-positions", "128", "--truncate-source"], bart / "model.pt"),
     }
-    run_side_by_side(*(fine_tune_command(args, init, data, save / name) for name, (args, init) in runs.items()))
+    for name, (args, init) in runs.items():
+        fairseq("fairseq-train", *fine_tune_args(args, init, data, save / name))
     return {name: save / name / "checkpoint_last.pt" for name in runs}
 
 

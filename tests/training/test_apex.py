@@ -11,7 +11,7 @@ import contextlib
 import io
 import json
 import os
-import subprocess
+import subprocess  # fresh interpreters: fairseq decides on apex at its import
 
 import pytest
 from helpers import ROOT, cli_code, ok

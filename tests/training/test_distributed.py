@@ -7,7 +7,7 @@ update_freq 1 is the control: it must differ.
 """
 
 import os
-import subprocess
+import subprocess  # torchrun's ranks are processes
 from pathlib import Path
 
 import pytest

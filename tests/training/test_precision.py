@@ -3,7 +3,7 @@ cannot train in a recipe's fp16, the recipe trains in float32 and says so in one
 precision the user asks for there is refused in one line. And every recipe validates on
 every item."""
 
-import subprocess
+import subprocess  # fairseq-hydra-train's exit code and one line, as a shell sees them
 
 import pytest
 import torch
