@@ -189,8 +189,7 @@ def test_auto_order_and_reasons_without_a_gpu():
 def test_auto_logs_its_choice_once(caplog):
     import longformer_fs.attention.backends as backends
 
-    backends._LOGGED.clear()
-    backends.forget_choices()
+    backends.forget_choices()  # and what it logged
     with caplog.at_level("INFO", logger="longformer_fs.attention.backends"):
         for _ in range(3):
             get_backend("auto", SPEC, torch.zeros(1, 1, 4, 8))

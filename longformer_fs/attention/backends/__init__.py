@@ -264,8 +264,10 @@ _ANY_CALL = BandSpec(0, (1,), False, 1.0)
 
 
 def forget_choices() -> None:
-    """Choose again on the next call (after ``check`` recorded new results, or a backend changed)."""
+    """Choose again on the next call (after ``check`` recorded new results, or a backend changed),
+    and log each choice again: a process that chose before would otherwise not say so."""
     global _SPEC_READS
+    _LOGGED.clear()
     _CHOICES.clear()
     _FAILED.clear()
     _REFUSALS.clear()
