@@ -8,7 +8,6 @@ import os
 import shutil
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 # Under pytest-xdist (`make test` runs one worker per core) each worker, and every process
@@ -47,26 +46,23 @@ _keep_freed_memory()
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import (  # noqa: E402
-    BART_TRAINING,
     BIN,
-    CHAR_SPLITS,
     ON_CPU,
     ROOT,
-    TINY_BART,
     TINY_ROBERTA,
     built_once,
     char_lm_logs,
     fairseq,
     ok,
-    pretrain_roberta,
     runs_text,
+    shared_root,
+    venv_view,
 )
 from hf_models import (  # noqa: E402
     bart_as_hf,
@@ -78,7 +74,7 @@ from hf_models import (  # noqa: E402
     train_xlmr_tokenizer,
     vocab_size,
 )
-from releases import ARXIV_SENTENCES, REVIEWS, WIKIPEDIA, write_arxiv_release  # noqa: E402
+from releases import ARXIV_SENTENCES, REVIEWS, WIKIPEDIA  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -110,14 +106,7 @@ def pytest_configure(config):
         return
     root = Path(tempfile.mkdtemp(prefix="lfs-warm-"))
     shims = zygote.write_shims(root / "shims", BIN)
-    view = root / "venv"
-    (view / "bin").mkdir(parents=True)
-    for entry in (ROOT / ".venv").iterdir():
-        if entry.name not in ("bin", ".installed"):
-            (view / entry.name).symlink_to(entry)
-    for entry in (ROOT / ".venv" / "bin").iterdir():
-        (view / "bin" / entry.name).symlink_to(shims / entry.name if (shims / entry.name).exists() else entry)
-    (view / ".installed").touch()
+    view = venv_view(root / "venv", ROOT / ".venv", shims)
     _WARM["server"], address = zygote.start(root)  # commands wait for it rather than start cold
     _WARM["root"] = root
     os.environ[zygote.ENV] = address
@@ -212,22 +201,31 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(scope="session")
-def char_corpus(tmp_path_factory):
+def toy_world(tmp_path_factory):
+    """The report's toy world (``longformer_fs/report/recipe_runs.py``), one for the run and
+    made of :func:`tokenizer_texts`: its text8, GPT-2 BPE and fairseq releases are the
+    suite's. Its fairseq-train and CLI runs go through helpers' in-process runners, which
+    isolate fairseq's global state between runs."""
+    from longformer_fs.report.recipe_runs import ToyWorld
+
+    class SuiteWorld(ToyWorld):
+        @staticmethod
+        def fairseq_train(*args) -> None:
+            fairseq("fairseq-train", *args)
+
+        @staticmethod
+        def command(*argv) -> None:
+            ok(*argv)
+
+    return SuiteWorld(shared_root(tmp_path_factory) / "toy_world", prose=tokenizer_texts())
+
+
+@pytest.fixture(scope="session")
+def char_corpus(toy_world):
     """A tiny text8 prepared by ``longformer-fs prep``'s code: 16,000 / 2,000 / 2,000
-    characters (CHAR_SPLITS) of ten short words. Its directory is named text8, so its
+    characters (``TEXT8_SPLITS``) of ten short words. Its directory is named text8, so its
     parent is a DATA directory for the Makefile's text8 targets."""
-
-    def build(tmp):
-        from data_prep.char_corpus import prepare
-
-        rng = np.random.default_rng(0)
-        words = [b"the", b"cat", b"sat", b"on", b"a", b"mat", b"and", b"dog", b"ran", b"far"]
-        text = b" ".join(words[i] for i in rng.integers(0, len(words), 6000))[: sum(CHAR_SPLITS)]
-        with zipfile.ZipFile(tmp / "text8.zip", "w") as archive:
-            archive.writestr("text8", text)
-        prepare("text8", tmp / "data" / "text8", tmp / "text8.zip", verify=False, split_sizes=CHAR_SPLITS)
-
-    return built_once(tmp_path_factory, "char_corpus", build) / "data" / "text8"
+    return toy_world.text8() / "text8"
 
 
 @pytest.fixture(scope="session")
@@ -303,10 +301,8 @@ def tokenizer_texts() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def gpt2(tmp_path_factory) -> Path:
-    from data_prep.gpt2_bpe import train_bpe
-
-    return built_once(tmp_path_factory, "journey_gpt2", lambda d: train_bpe(tokenizer_texts(), d, 800))
+def gpt2(toy_world) -> Path:
+    return toy_world.gpt2()
 
 
 def bpe_args(gpt2: Path) -> list:
@@ -314,34 +310,13 @@ def bpe_args(gpt2: Path) -> list:
 
 
 @pytest.fixture(scope="session")
-def roberta_base(gpt2, tmp_path_factory) -> Path:
-    def build(d):
-        (d / "corpus").mkdir()
-        for i, text in enumerate(tokenizer_texts()):
-            (d / "corpus" / f"{i}.txt").write_text(text)
-        ok("prep", "docs", "--source", f"text=txt:{d / 'corpus'}", *bpe_args(gpt2), "--workers", "1",
-           "--out", d / "data")  # fmt: skip
-        (d / "release").mkdir()
-        pretrain_roberta(d / "data", gpt2 / "dict.txt", d / "release", updates=2)
-
-    return built_once(tmp_path_factory, "journey_roberta", build) / "release"
+def roberta_base(toy_world) -> Path:
+    return toy_world.roberta()
 
 
 @pytest.fixture(scope="session")
-def bart_base(gpt2, tmp_path_factory) -> Path:
-    def build(d):
-        arxiv = write_arxiv_release(d)
-        ok("prep", "summarization", "--format", "arxiv", "--train", arxiv / "train.txt", "--valid",
-           arxiv / "val.txt", *bpe_args(gpt2), "--workers", "1", "--out", d / "data")  # fmt: skip
-        fairseq("fairseq-train", d / "data", *BART_TRAINING, "--arch", "bart_base", *TINY_BART,
-                "--max-source-positions", "1024", "--max-target-positions", "1024", "--lr", "1e-3", "--batch-size", "4",
-                "--max-update", "2",
-                "--save-dir", d / "save")  # fmt: skip
-        (d / "release").mkdir()
-        (d / "save" / "checkpoint_last.pt").rename(d / "release" / "model.pt")
-        (d / "release" / "dict.txt").write_bytes((gpt2 / "dict.txt").read_bytes())
-
-    return built_once(tmp_path_factory, "journey_bart", build) / "release"
+def bart_base(toy_world) -> Path:
+    return toy_world.bart()
 
 
 @pytest.fixture(scope="session")

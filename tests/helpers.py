@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import random
-import shutil
 import socket
 import subprocess
 import sys
@@ -41,8 +40,6 @@ TINY_CHAR_LM = [
 ]  # fmt: skip
 # How the tests train it: AdamW at 3e-3 on bits per character, no dropout.
 CHAR_LM_TRAINING = ["--optimizer", "adam", "--lr", "3e-3", "--criterion", "bpc_cross_entropy", "--dropout", "0.0"]
-# The tiny char corpus (conftest's char_corpus): train, valid and test characters.
-CHAR_SPLITS = (16000, 2000, 2000)
 
 # A 2-layer RoBERTa, 64 wide.
 TINY_ROBERTA = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128"]
@@ -231,6 +228,22 @@ def command(cmd, real: bool = False) -> list[str]:
     return cmd
 
 
+def venv_view(view: Path, source: Path, commands: Path | None = None) -> Path:
+    """A view of the venv ``source`` at ``view``: each of its entries linked, with a fresh
+    install stamp, so that ``make`` takes the install as done, as it is. With ``commands``,
+    ``bin/`` is linked entry by entry, a command found in ``commands`` taken from there."""
+    view.mkdir(parents=True)
+    for entry in source.iterdir():
+        if entry.name != ".installed" and not (commands and entry.name == "bin"):
+            (view / entry.name).symlink_to(entry)
+    if commands:
+        (view / "bin").mkdir()
+        for entry in (source / "bin").iterdir():
+            (view / "bin" / entry.name).symlink_to(commands / entry.name if (commands / entry.name).exists() else entry)
+    (view / ".installed").touch()
+    return view
+
+
 def run(*cmd, env=None, timeout=900, real: bool = False) -> str:
     """A process (fairseq-train, make, ...) in the repository that must succeed: its output."""
     result = subprocess.run(command(cmd, real), capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
@@ -314,24 +327,18 @@ def char_lm_logs(data, *extra) -> list[tuple[str, dict]]:
     return fairseq_json_logs(result.stdout + result.stderr)
 
 
+def shared_root(tmp_path_factory) -> Path:
+    """The run's temporary root that every pytest-xdist worker shares."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if "PYTEST_XDIST_WORKER" in os.environ else root
+
+
 def built_once(tmp_path_factory, name: str, build) -> Path:
     """A directory ``build(directory)`` fills once per test run, however many pytest-xdist
-    workers ask for it: the first builds it under a lock in the run's shared temporary
-    root; the others wait for it and read it."""
-    from filelock import FileLock
+    workers ask for it (the toy world's ``built_once``, in the run's shared root)."""
+    from longformer_fs.report.recipe_runs import built_once as once
 
-    root = tmp_path_factory.getbasetemp()
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        root = root.parent  # the workers' base directories share this parent
-    directory, done = root / name, root / f"{name}.done"
-    with FileLock(str(root / f"{name}.lock")):
-        if not done.exists():
-            if directory.exists():
-                shutil.rmtree(directory)
-            directory.mkdir()
-            build(directory)
-            done.touch()
-    return directory
+    return once(shared_root(tmp_path_factory), name, build)
 
 
 # ---------------------------------------------------------------- unreadable checkpoints

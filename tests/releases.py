@@ -19,7 +19,6 @@ of the release itself.
 
 import bz2
 import json
-import random
 import re
 import zipfile
 from pathlib import Path
@@ -392,24 +391,13 @@ ARXIV_SENTENCES = [
 
 
 def write_arxiv_release(root: Path, papers: tuple[int, int, int] = (6, 2, 2)) -> Path:
-    """``root/arxiv/{train,val,test}.txt`` as the arXiv dataset ships them: one JSON line a
-    paper, ``article_text`` and ``abstract_text`` lists of sentences (the abstract's wrapped
-    in ``<S>`` ... ``</S>``), with ``article_id``, ``section_names`` and ``sections``."""
-    rng = random.Random(0)
+    """``root/arxiv/{train,val,test}.txt`` as the arXiv dataset ships them, papers of
+    :data:`ARXIV_SENTENCES` (the report's toy world writes the same layout)."""
+    from longformer_fs.report.recipe_runs import write_arxiv_release as write
+
     arxiv = root / "arxiv"
     arxiv.mkdir(parents=True)
-    number = 0
-    for name, count in zip(("train.txt", "val.txt", "test.txt"), papers, strict=True):
-        lines = []
-        for _ in range(count):
-            article = [rng.choice(ARXIV_SENTENCES) for _ in range(12)]
-            abstract = [f"<S> {sentence} </S>" for sentence in article[:2]]
-            lines.append(json.dumps({"article_id": f"1801.{number:05d}", "article_text": article,
-                                     "abstract_text": abstract, "section_names": ["introduction", "method"],
-                                     "sections": [article[:6], article[6:]]}))  # fmt: skip
-            number += 1
-        (arxiv / name).write_text("\n".join(lines) + "\n")
-    return arxiv
+    return write(arxiv, list(ARXIV_SENTENCES), papers)
 
 
 # ================================================================ papers and corpora

@@ -405,7 +405,7 @@ def test_every_writer_refuses_another_models_out_without_force(roberta_base, bar
     (mine / "notes.txt").write_text("mine")
     others = {}
     for release in (roberta_base, bart_base):  # another release: the same model under another name
-        others[release] = tmp_path / f"other_{release.parent.name}"
+        others[release] = tmp_path / f"other_{release.name}"
         others[release].mkdir()
         for name in ("model.pt", "dict.txt"):
             (others[release] / name).write_bytes((release / name).read_bytes())

@@ -4,7 +4,8 @@ overridden), then the model it trained through its hub, on the device. Each run 
 precision and dropouts it trained with (from its checkpoint) and the attention backends its
 training took (from its log), and on a GPU whether those are fast ones.
 
-The inputs are built here, once per report, in the layouts users bring them: a text8 zip,
+The inputs are built here (:class:`ToyWorld`), once per report, and once per run of the test
+suite, whose fixtures they are, in the layouts users bring them: a text8 zip,
 GPT-2-style BPE files trained on this checkout's own docs, fairseq RoBERTa and BART releases
 (a few updates of ``fairseq-train``), arXiv's JSONL release and SQuAD-format questions. Only
 the sizes are toy: every run is the real recipe with sizes overridden in ``HYDRA_ARGS``.
@@ -25,6 +26,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import numpy as np
 
 from data_prep.char_corpus import prepare as prepare_char_corpus
 from data_prep.gpt2_bpe import train_bpe
@@ -59,20 +62,64 @@ def _flags(sizes: dict) -> list[str]:
     return [x for k, v in sizes.items() for x in (f"--{k.replace('_', '-')}", str(v))]
 
 
-class ToyWorld:
-    """The inputs of the recipe runs, built once under ``root`` when first asked for."""
+# The toy text8's train, valid and test characters.
+TEXT8_SPLITS = (16000, 2000, 2000)
 
-    def __init__(self, root: Path):
+
+def built_once(root: Path, name: str, build) -> Path:
+    """``root/name``, filled by ``build(directory)`` once however many processes ask for it
+    (the test suite's workers share one world): the first builds it under a lock, the
+    others wait and read it. A directory left half built by a failed build is built again."""
+    from filelock import FileLock
+
+    path, done = Path(root) / name, Path(root) / f"{name}.done"
+    with FileLock(str(Path(root) / f"{name}.lock")):
+        if not done.exists():
+            if path.exists():
+                shutil.rmtree(path)
+            path.mkdir(parents=True)
+            build(path)
+            done.touch()
+    return path
+
+
+def write_arxiv_release(directory: Path, sentences: list[str], papers: tuple[int, int, int] = (6, 2, 2)) -> Path:
+    """``directory/{train,val,test}.txt`` as the arXiv dataset ships them: one JSON line a
+    paper of twelve of ``sentences`` (drawn with a fixed seed), ``article_text`` and
+    ``abstract_text`` lists of sentences (the abstract's wrapped in ``<S>`` ... ``</S>``),
+    with ``article_id``, ``section_names`` and ``sections``. ``papers``: how many a split."""
+    rng = random.Random(0)
+    number = 0
+    for name, count in zip(("train.txt", "val.txt", "test.txt"), papers, strict=True):
+        lines = []
+        for _ in range(count):
+            article = [rng.choice(sentences) for _ in range(12)]
+            lines.append(json.dumps({"article_id": f"1801.{number:05d}", "article_text": article,
+                                     "abstract_text": [f"<S> {s} </S>" for s in article[:2]],
+                                     "section_names": ["introduction", "method"],
+                                     "sections": [article[:6], article[6:]]}))  # fmt: skip
+            number += 1
+        (directory / name).write_text("\n".join(lines) + "\n")
+    return directory
+
+
+class ToyWorld:
+    """The small inputs of the recipe runs and of the test suite, in the layouts users bring
+    them, each built once under ``root`` when first asked for.
+
+    ``prose`` is the English the tokenizer and the corpora are made of (this checkout's
+    README and docs unless given). :meth:`fairseq_train` and :meth:`command` run fairseq's
+    training and our CLI in this process; the tests override them to run through their own
+    isolation of fairseq's global state.
+    """
+
+    def __init__(self, root: Path, prose: list[str] | None = None):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.prose = prose
 
     def _once(self, name: str, build) -> Path:
-        path = self.root / name
-        if not (path / ".done").is_file():
-            path.mkdir(parents=True, exist_ok=True)
-            build(path)
-            (path / ".done").touch()
-        return path
+        return built_once(self.root, name, build)
 
     # ------------------------------------------------------------------ the environment
 
@@ -128,6 +175,13 @@ class ToyWorld:
             sys.argv = saved
             stop_batch_loaders()
 
+    def _release(self, path: Path) -> None:
+        """``path`` as fairseq's releases ship: the run's last checkpoint as ``model.pt``, and
+        ``dict.txt``; the run's own directory (``save/``) goes."""
+        output.move(path / "save" / "checkpoint_last.pt", path / "model.pt")
+        (path / "dict.txt").write_bytes((self.gpt2() / "dict.txt").read_bytes())
+        shutil.rmtree(path / "save")
+
     @staticmethod
     def command(*argv) -> None:
         status, _ = command_output([str(a) for a in argv])
@@ -137,21 +191,24 @@ class ToyWorld:
     # --------------------------------------------------------------------------- inputs
 
     def text8(self) -> Path:
-        """A DATA directory holding ``text8/``, prepared from a zip in the release's layout."""
+        """A DATA directory holding ``text8/``, prepared from a zip in the release's layout:
+        :data:`TEXT8_SPLITS` characters of ten short words."""
 
         def build(path: Path) -> None:
-            rng = random.Random(0)
-            words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"]
-            text = " ".join(rng.choice(words) for _ in range(6000)).encode()[:20000]
+            rng = np.random.default_rng(0)
+            words = [b"the", b"cat", b"sat", b"on", b"a", b"mat", b"and", b"dog", b"ran", b"far"]
+            text = b" ".join(words[i] for i in rng.integers(0, len(words), 6000))[: sum(TEXT8_SPLITS)]
             with zipfile.ZipFile(path / "text8.zip", "w") as archive:
                 archive.writestr("text8", text)
             prepare_char_corpus("text8", path / "data" / "text8", path / "text8.zip", verify=False,
-                                split_sizes=(16000, 2000, 2000))  # fmt: skip
+                                split_sizes=TEXT8_SPLITS)  # fmt: skip
 
         return self._once("text8", build) / "data"
 
     def english(self) -> list[str]:
-        """Real English prose: this checkout's README and docs."""
+        """Real English prose: ``prose``, or this checkout's README and docs."""
+        if self.prose is not None:
+            return list(self.prose)
         docs = checkout.path("docs", "the report's tokenizer (trained on the docs)")
         return [p.read_text(encoding="utf-8") for p in [docs.parent / "README.md", *sorted(docs.glob("*.md"))]]
 
@@ -183,8 +240,7 @@ class ToyWorld:
                                *_flags(ROBERTA_SIZES), "--max-positions", "128", "--tokens-per-sample", "128",
                                "--sample-break-mode", "none", "--batch-size", "8", "--save-dir", path / "save",
                                *RELEASE_TRAINING)  # fmt: skip
-            output.move(path / "save" / "checkpoint_last.pt", path / "model.pt")
-            (path / "dict.txt").write_bytes((self.gpt2() / "dict.txt").read_bytes())
+            self._release(path)
 
         return self._once("roberta", build)
 
@@ -193,17 +249,7 @@ class ToyWorld:
 
         def build(path: Path) -> None:
             sentences = [s.strip() + " ." for text in self.english() for s in re.split(r"[.\n]", text)]
-            sentences = [s for s in sentences if len(s.split()) >= 6]
-            rng = random.Random(0)
-            for name, count in (("train.txt", 6), ("val.txt", 2), ("test.txt", 2)):
-                lines = []
-                for n in range(count):
-                    article = rng.sample(sentences, 12)
-                    lines.append(json.dumps({"article_id": f"{name[:-4]}.{n}", "article_text": article,
-                                             "abstract_text": [f"<S> {s} </S>" for s in article[:2]],
-                                             "section_names": ["introduction", "method"],
-                                             "sections": [article[:6], article[6:]]}))  # fmt: skip
-                (path / name).write_text("\n".join(lines) + "\n")
+            write_arxiv_release(path, [s for s in sentences if len(s.split()) >= 6])
 
         return self._once("arxiv", build)
 
@@ -226,8 +272,7 @@ class ToyWorld:
                                "target", "--criterion", "cross_entropy", "--arch", "bart_base", *_flags(BART_SIZES),
                                "--share-all-embeddings", "--max-source-positions", "1024", "--max-target-positions",
                                "1024", "--batch-size", "4", "--save-dir", path / "save", *RELEASE_TRAINING)  # fmt: skip
-            output.move(path / "save" / "checkpoint_last.pt", path / "model.pt")
-            (path / "dict.txt").write_bytes((self.gpt2() / "dict.txt").read_bytes())
+            self._release(path)
 
         return self._once("bart", build)
 

@@ -8,8 +8,9 @@ import threading
 
 import numpy as np
 import torch
-from helpers import CHAR_SPLITS as SPLITS
 from helpers import TINY_CHAR_LM, cli, fairseq_json_logs, train_char_lm
+
+from longformer_fs.report.recipe_runs import TEXT8_SPLITS as SPLITS
 
 
 def test_training_lowers_bpc_and_scores_every_valid_character(tiny_char_lm):

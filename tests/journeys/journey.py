@@ -38,13 +38,8 @@ class Workspace:
         tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
         for name in sorted({line.split("/", 1)[0] for line in tracked.splitlines()}):
             (self.root / name).symlink_to(ROOT / name)
-        venv = self.root / ".venv"
-        venv.mkdir()
         source = ROOT / ".venv" if cold else helpers.VENV
-        for entry in source.iterdir():
-            if entry.name != ".installed":
-                (venv / entry.name).symlink_to(entry)
-        (venv / ".installed").touch()
+        helpers.venv_view(self.root / ".venv", source)
         # The venv's editable install points at the user's checkout: here, at this one.
         path = f"{source / 'bin'}{os.pathsep}{os.environ['PATH']}"
         self.env = dict(os.environ, PATH=path, PWD=str(self.root), PYTHONPATH=str(self.root))
