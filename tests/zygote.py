@@ -3,15 +3,16 @@
 A process of ``fairseq-train`` or ``longformer-fs`` spends about 9 s of this machine's
 time importing torch, fairseq (scikit-learn, SciPy, pandas through it) and transformers
 before it does anything; the suite starts hundreds. Measured on CI's kind of machine (2
-cores, ``make test``, 1,537 tests, 2026-12-03): 868 s with the zygote, 1,277 s with
-``LFS_COLD_STARTS=1`` (1,691 s of CPU time against 2,497), so it stays.
+cores, ``make test``, 1,537 tests, 2026-12-03, both runs with a warm compiler cache): 863 s
+with the zygote, 1,277 s with ``LFS_COLD_STARTS=1`` (1,681 s of CPU time against 2,497), so
+it stays.
 
 The zygote imports them once per test run (one server for the xdist workers) and then forks
 a child for each command: the child takes the caller's standard streams (passed over a Unix
 socket), working directory, environment and arguments, runs the command's own entry point,
-and exits with its status. The shims (:func:`write_shims`), put first on ``PATH`` and in the journeys' venv, send
-the commands here; anything else, or any command when no zygote runs, is executed as it
-always was.
+and exits with its status. The shims (:func:`write_shims`), put first on ``PATH`` and in the
+journeys' venv, send the commands here; anything else, or any command when no zygote runs,
+is executed as it always was.
 
 Commands keep their meaning: the same entry points, a fresh fork of a process that never
 computed (no thread pool to inherit), logging reset to a new interpreter's before the

@@ -72,8 +72,9 @@ def built_once(root: Path, name: str, build) -> Path:
     others wait and read it. A directory left half built by a failed build is built again."""
     from filelock import FileLock
 
-    path, done = Path(root) / name, Path(root) / f"{name}.done"
-    with FileLock(str(Path(root) / f"{name}.lock")):
+    root = Path(root)
+    path, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
         if not done.exists():
             if path.exists():
                 shutil.rmtree(path)
