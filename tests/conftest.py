@@ -97,21 +97,31 @@ def pytest_configure(config):
     import the rest of the suite meanwhile). LFS_COLD_STARTS=1: every process cold."""
     if os.environ.get("LFS_COLD_STARTS") == "1":
         return
-    import helpers
     import zygote
 
     if hasattr(config, "workerinput"):
         if os.environ.get(_WARM_VIEW):
-            helpers.VENV = Path(os.environ[_WARM_VIEW])
+            _use_view(Path(os.environ[_WARM_VIEW]))
         return
     root = Path(tempfile.mkdtemp(prefix="lfs-warm-"))
     shims = zygote.write_shims(root / "shims", BIN)
     view = venv_view(root / "venv", ROOT / ".venv", shims)
-    _WARM["server"], address = zygote.start(root)  # commands wait for it rather than start cold
+    _WARM["server"], address = zygote.start(root, BIN / "python")  # commands wait for it rather than start cold
     _WARM["root"] = root
     os.environ[zygote.ENV] = address
     os.environ[_WARM_VIEW] = str(view)
+    _use_view(view)
+
+
+def _use_view(view: Path) -> None:
+    """The tests' commands, and what the code under test starts as ``sys.executable -m ...``
+    (the benches' isolated measurements: a fresh interpreter each, 7 s of imports here), start
+    warm: this process's ``sys.executable`` is the view's python, as a zygote child's is.
+    ``-c`` code and other modules still run in the real interpreter (the shim execs it)."""
+    import helpers
+
     helpers.VENV = view
+    sys.executable = str(view / "bin" / "python")
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +137,7 @@ def fresh_python():
         yield sys.executable
         return
     root = Path(tempfile.mkdtemp(prefix="lfs-fresh-"))  # short: a socket's path has at most 107 bytes
-    server, address = zygote.start(root, fresh=True)
+    server, address = zygote.start(root, BIN / "python", fresh=True)
     deadline = time.monotonic() + 120
     while not os.path.exists(address):  # a server that cannot start fails here, not silently cold
         assert server.poll() is None and time.monotonic() < deadline, (root / "fresh.log").read_text()[-3000:]

@@ -143,9 +143,10 @@ def _write_shim(path: Path, tool: str, real: Path, real_bin: Path) -> Path:
     return path
 
 
-def start(root: Path, fresh: bool = False):
-    """A server (``fresh``: the fresh kind) listening in ``root`` and logging to a file
-    there: ``(its Popen, its socket's address)``. Until it listens, commands sent to it wait
+def start(root: Path, python: Path, fresh: bool = False):
+    """A server (``fresh``: the fresh kind) run by the venv's real ``python`` (never a shim,
+    which would send it to the zygote), listening in ``root`` and logging to a file there:
+    ``(its Popen, its socket's address)``. Until it listens, commands sent to it wait
     (:data:`STARTING`). Closing its stdin stops it."""
     import subprocess  # here, not at the top: every shim imports this module
 
@@ -153,7 +154,7 @@ def start(root: Path, fresh: bool = False):
     address = str(root / f"{name}.socket")
     Path(address + STARTING).touch()
     with open(root / f"{name}.log", "w") as log:
-        server = subprocess.Popen([sys.executable, str(TESTS / "zygote.py"), address, *(["--fresh"] if fresh else [])],
+        server = subprocess.Popen([str(python), str(TESTS / "zygote.py"), address, *(["--fresh"] if fresh else [])],
                                   stdin=subprocess.PIPE, stdout=log, stderr=log, cwd=TESTS.parent)  # fmt: skip
     return server, address
 
